@@ -1,0 +1,161 @@
+"""Configuration: environment variables ``VAKIT_…`` or a TOML file, same names.
+
+The TOML file (``VAKIT_CONFIG`` or ``--config``) uses the names without the
+prefix, lower-case (``shards = [...]``, ``api_tokens = "t=svc"``); environment
+variables win over the file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+__all__ = ["Settings", "load_settings"]
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _split_list(value: Any) -> Any:
+    """Accept a JSON list, a TOML list or a comma/whitespace separated string."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part for part in text.replace(",", " ").split() if part]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VAKIT_", extra="forbid")
+
+    # -- shards and pools -------------------------------------------------
+    shards: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="PostgreSQL DSNs, in shard order."
+    )
+    pool_min_size: int = Field(1, ge=0)
+    pool_max_size: int = Field(8, ge=1)
+    connect_timeout: float = Field(5.0, gt=0, description="Seconds to wait for a connection.")
+
+    # -- API ---------------------------------------------------------------
+    api_tokens: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, description="token=owner_service,…"
+    )
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(8080, ge=0, le=65535)
+    max_payload_bytes: int = Field(64 * 1024, ge=1)
+    http_target_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Hosts and CIDRs that HTTP targets may reach; empty means any public host.",
+    )
+    allow_private_targets: bool = Field(
+        False, description="Allow loopback, link-local and private addresses as targets."
+    )
+    enable_noop_target: bool = Field(False, description="Accept the NOOP target (benchmarks).")
+    far_horizon_seconds: float = Field(3600.0, gt=0)
+
+    # -- worker ------------------------------------------------------------
+    worker_id: str | None = None
+    metrics_port: int = Field(0, ge=0, le=65535, description="Worker /metrics port; 0 picks one.")
+    metrics_host: str = "127.0.0.1"
+    claim_batch: int = Field(100, ge=1, le=5000)
+    max_inflight: int = Field(1000, ge=1)
+    poll_interval: float = Field(0.5, gt=0)
+    complete_batch: int = Field(500, ge=1)
+    complete_linger: float = Field(0.005, ge=0)
+    lease_seconds: float = Field(30.0, gt=0)
+    lease_grace_seconds: float = Field(10.0, ge=0)
+    heartbeat_interval: float | None = Field(None, gt=0, description="Default: lease / 3.")
+    reaper_interval: float = Field(5.0, gt=0)
+    prefetch_seconds: float = Field(0.0, ge=0, description="Claim jobs this far before due.")
+    backoff_base: float = Field(5.0, gt=0)
+    backoff_max: float = Field(3600.0, gt=0)
+    stop_grace_seconds: float = Field(20.0, ge=0)
+    http_pool_size: int = Field(200, ge=1)
+    target_limits: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, description="host=concurrency[/rate],…"
+    )
+
+    kafka_bootstrap: str | None = Field(
+        None, description="Kafka bootstrap servers for KAFKA targets; unset refuses them."
+    )
+
+    # -- coordination -----------------------------------------------------
+    zk: str | None = Field(None, description="ZooKeeper connect string, optional /chroot.")
+    zk_session_timeout: float = Field(10.0, gt=0)
+
+    # -- housekeeping -------------------------------------------------------
+    history_retention_days: int = Field(30, ge=1)
+
+    @field_validator("shards", "http_target_allow", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("api_tokens", "target_limits", mode="before")
+    @classmethod
+    def _pairs(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            pairs: dict[str, str] = {}
+            for item in _split_list(value):
+                key, sep, val = item.partition("=")
+                if not sep or not key or not val:
+                    raise ValueError(f"expected name=value, got {item!r}")
+                pairs[key.strip()] = val.strip()
+            return pairs
+        return value
+
+    @field_validator("http_target_allow")
+    @classmethod
+    def _check_allow(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if "/" in item:
+                ipaddress.ip_network(item, strict=False)
+        return value
+
+    def allowed_networks(self) -> list[Network]:
+        return [ipaddress.ip_network(i, strict=False) for i in self.http_target_allow if "/" in i]
+
+    def allowed_hosts(self) -> set[str]:
+        return {i.lower() for i in self.http_target_allow if "/" not in i}
+
+    @property
+    def shard_count(self) -> int:
+        return len(self.shards)
+
+    @property
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_interval or self.lease_seconds / 3
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = os.environ.get("VAKIT_CONFIG")
+        if path:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(path)))
+        return tuple(sources)
+
+
+def load_settings(config_file: str | None = None, **overrides: Any) -> Settings:
+    """Settings from the environment, then ``config_file`` (or ``VAKIT_CONFIG``)."""
+    if config_file:
+        os.environ["VAKIT_CONFIG"] = config_file
+    return Settings(**overrides)

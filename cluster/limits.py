@@ -1,0 +1,117 @@
+"""Per-target limits: a concurrency cap and a token-bucket rate per target.
+
+The scheduler is a back-pressure point that protects its own customers: at the
+round hour a thousand jobs for one host must not arrive in the same second.
+A job over the limit waits here with its lease kept (heartbeats go on); it is
+never dropped. The number waiting is a metric.
+
+Limits are set by the operator as ``host=concurrency[/rate]`` (rate in firings
+per second), e.g. ``VAKIT_TARGET_LIMITS="billing.internal=50/200,kafka:orders=100"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from cluster import metrics
+
+__all__ = ["Limit", "TargetLimiter", "TokenBucket", "parse_limits", "target_key"]
+
+
+@dataclass
+class TokenBucket:
+    """Pure token-bucket state; ``take`` returns how long to wait (0: go now)."""
+
+    rate: float
+    burst: float
+    tokens: float = field(init=False)
+    stamp: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        self.tokens = self.burst
+
+    def take(self, now: float) -> float:
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        # Reserve the next token: waiters are served in order, never twice.
+        wait = (1 - self.tokens) / self.rate
+        self.tokens -= 1
+        return wait
+
+
+@dataclass(frozen=True)
+class Limit:
+    concurrency: int | None
+    rate: float | None
+
+
+def parse_limits(spec: dict[str, str]) -> dict[str, Limit]:
+    limits = {}
+    for key, value in spec.items():
+        conc, _, rate = value.partition("/")
+        try:
+            limits[key.lower()] = Limit(
+                concurrency=int(conc) if conc else None, rate=float(rate) if rate else None
+            )
+        except ValueError as exc:
+            raise ValueError(f"target limit {key}={value!r}: expected concurrency[/rate]") from exc
+    return limits
+
+
+def target_key(target: dict[str, object]) -> str:
+    """What a limit applies to: the HTTP host, or ``kafka:<topic>``."""
+    kind = target.get("kind")
+    if kind == "HTTP":
+        return (urlsplit(str(target.get("url", ""))).hostname or "").lower()
+    if kind == "KAFKA":
+        return f"kafka:{target.get('topic')}"
+    return str(kind).lower()
+
+
+class TargetLimiter:
+    def __init__(self, limits: dict[str, Limit]) -> None:
+        self._limits = limits
+        self._sems: dict[str, asyncio.Semaphore] = {}
+        self._buckets: dict[str, TokenBucket] = {}
+        self._waiting: dict[str, int] = {}
+
+    @asynccontextmanager
+    async def slot(self, key: str) -> AsyncIterator[None]:
+        limit = self._limits.get(key)
+        if limit is None:
+            yield
+            return
+        self._waiting[key] = self._waiting.get(key, 0) + 1
+        metrics.TARGET_WAITING.labels(key).set(self._waiting[key])
+        sem = None
+        try:
+            if limit.concurrency:
+                sem = self._sems.setdefault(key, asyncio.Semaphore(limit.concurrency))
+                await sem.acquire()
+            if limit.rate:
+                bucket = self._buckets.setdefault(
+                    key, TokenBucket(limit.rate, burst=max(1.0, limit.rate), stamp=time.monotonic())
+                )
+                wait = bucket.take(time.monotonic())
+                if wait > 0:
+                    await asyncio.sleep(wait)
+        except BaseException:
+            if sem is not None:
+                sem.release()
+            raise
+        finally:
+            self._waiting[key] -= 1
+            metrics.TARGET_WAITING.labels(key).set(self._waiting[key])
+        try:
+            yield
+        finally:
+            if sem is not None:
+                sem.release()

@@ -1,0 +1,120 @@
+"""Every Prometheus metric Vakit exports, named in one place.
+
+Names follow Prometheus conventions: base units (seconds, bytes), ``_total``
+for counters. Labels are low-cardinality: shard, target kind, outcome, route,
+reason. Never a job id.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+__all__ = [
+    "API_REQUEST_SECONDS",
+    "API_REQUESTS",
+    "BACKLOG",
+    "CLAIMED",
+    "COMPLETED",
+    "CRON_LAST_SUCCESS",
+    "CRON_MATERIALIZED",
+    "CRON_MISSED",
+    "CRON_SKIPPED",
+    "FAILED",
+    "FENCED",
+    "INFLIGHT",
+    "LEADERSHIP_CHANGES",
+    "LEASE_EXPIRED",
+    "MOVED",
+    "OLDEST_DUE_AGE",
+    "REBALANCES",
+    "RETRIED",
+    "SHARDS_LED",
+    "SHARDS_OWNED",
+    "START_LATENESS",
+    "TARGET_WAITING",
+    "ZK_SESSION_STATE",
+]
+
+# Start lateness is the scheduler's main SLI: start - run_at. Buckets reach
+# down to milliseconds (preloaded waves) and up to minutes (an outage).
+START_LATENESS = Histogram(
+    "vakit_job_start_lateness_seconds",
+    "Seconds between a job's run_at and the moment its target was fired.",
+    ["shard", "target_kind"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900),
+)
+CLAIMED = Counter("vakit_jobs_claimed_total", "Jobs claimed by this worker.", ["shard"])
+COMPLETED = Counter(
+    "vakit_jobs_succeeded_total", "Jobs that ended SUCCEEDED.", ["shard", "target_kind"]
+)
+RETRIED = Counter(
+    "vakit_jobs_retried_total",
+    "Failed attempts rescheduled with backoff.",
+    ["shard", "target_kind"],
+)
+FAILED = Counter(
+    "vakit_jobs_failed_total",
+    "Jobs that ended FAILED (the dead letter): attempts exhausted or a permanent error.",
+    ["shard", "target_kind"],
+)
+FENCED = Counter(
+    "vakit_fenced_writes_total",
+    "Heartbeat, completion or release writes that matched no row: this worker had lost the job.",
+    ["shard", "operation"],
+)
+LEASE_EXPIRED = Counter(
+    "vakit_lease_expiries_total",
+    "RUNNING jobs whose lease ran out and that the reaper took back.",
+    ["shard"],
+)
+INFLIGHT = Gauge("vakit_worker_inflight_jobs", "Jobs claimed and not yet finished.", ["shard"])
+BACKLOG = Gauge(
+    "vakit_due_unclaimed_jobs", "Jobs due now and not yet claimed (the backlog).", ["shard"]
+)
+OLDEST_DUE_AGE = Gauge(
+    "vakit_oldest_due_age_seconds", "Age of the oldest due and unclaimed job.", ["shard"]
+)
+TARGET_WAITING = Gauge(
+    "vakit_target_waiting_jobs",
+    "Jobs held back by a per-target concurrency or rate limit.",
+    ["target"],
+)
+MOVED = Counter("vakit_far_jobs_moved_total", "Jobs moved from the far table to the hot table.", ["shard"])
+
+API_REQUESTS = Counter(
+    "vakit_api_requests_total", "API requests by route and status.", ["method", "route", "status"]
+)
+API_REQUEST_SECONDS = Histogram(
+    "vakit_api_request_duration_seconds", "API request duration.", ["method", "route"]
+)
+
+ZK_SESSION_STATE = Gauge(
+    "vakit_zk_session_state",
+    "1 for the ZooKeeper session state this process is in (CONNECTED, SUSPENDED, LOST), 0 for the others.",
+    ["state"],
+)
+SHARDS_OWNED = Gauge("vakit_shards_owned", "Shards this worker polls.")
+SHARDS_LED = Gauge("vakit_shards_led", "Shards whose leader-only loops this worker runs.")
+REBALANCES = Counter("vakit_rebalances_total", "Shard ownership recomputations after membership changed.")
+LEADERSHIP_CHANGES = Counter(
+    "vakit_leadership_changes_total", "Leadership gained or lost, per shard.", ["shard", "change"]
+)
+
+CRON_MATERIALIZED = Counter(
+    "vakit_cron_occurrences_created_total", "Cron occurrences written to the jobs table.", ["shard"]
+)
+CRON_MISSED = Counter(
+    "vakit_cron_missed_total",
+    "Cron slots not run, by reason (misfire cap, SKIP policy, starting deadline).",
+    ["cron", "reason"],
+)
+CRON_SKIPPED = Counter(
+    "vakit_cron_skipped_total",
+    "Cron occurrences skipped by concurrency policy (FORBID).",
+    ["cron"],
+)
+CRON_LAST_SUCCESS = Gauge(
+    "vakit_cron_last_success_timestamp_seconds",
+    "Unix time of the last successful occurrence of a cron job.",
+    ["cron"],
+)

@@ -1,0 +1,219 @@
+"""The job model: states, records and the parameter objects of the store seam.
+
+One small params object per store operation (River's style): the shard is
+always an explicit argument beside it, never an ambient default.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "TERMINAL",
+    "AttemptRecord",
+    "CancelParams",
+    "ClaimParams",
+    "ClaimedJob",
+    "CreateJobParams",
+    "CreateResult",
+    "FinishParams",
+    "GetJobParams",
+    "HeartbeatParams",
+    "JobRecord",
+    "JobResult",
+    "JobStatus",
+    "Lease",
+    "Outcome",
+    "ReapResult",
+    "RescheduleParams",
+]
+
+
+class JobStatus(StrEnum):
+    SCHEDULED = "SCHEDULED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+class Outcome(StrEnum):
+    """How one attempt ended, as the worker reports it."""
+
+    SUCCEEDED = "SUCCEEDED"
+    RETRY = "RETRY"  # failed, attempts left: back to SCHEDULED after a backoff
+    FAILED = "FAILED"  # failed for good: no attempts left, or a permanent error
+
+
+@dataclass(frozen=True)
+class CreateJobParams:
+    id: uuid.UUID
+    owner: str
+    type: str
+    run_at: datetime
+    scheduled_for: datetime
+    target: dict[str, Any]
+    payload: Any
+    max_attempts: int
+    timeout_seconds: int
+    idempotency_key: str | None = None
+    fingerprint: str | None = None
+    cron_id: uuid.UUID | None = None
+    far: bool = False  # due beyond the near horizon: goes to the far table
+
+    @property
+    def target_kind(self) -> str:
+        return str(self.target["kind"])
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    attempt: int
+    worker: str | None
+    started_at: datetime | None
+    finished_at: datetime
+    outcome: str
+    error: str | None
+    lateness_seconds: float | None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: uuid.UUID
+    owner: str
+    type: str
+    status: JobStatus
+    run_at: datetime
+    scheduled_for: datetime
+    attempt: int
+    max_attempts: int
+    timeout_seconds: int
+    target: dict[str, Any]
+    payload: Any
+    idempotency_key: str | None = None
+    cron_id: uuid.UUID | None = None
+    last_error: str | None = None
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    attempts: tuple[AttemptRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    job: JobRecord
+    created: bool  # False: an idempotent repeat, the first job is returned
+
+
+@dataclass(frozen=True)
+class GetJobParams:
+    id: uuid.UUID
+    owner: str
+    with_attempts: bool = True
+
+
+@dataclass(frozen=True)
+class RescheduleParams:
+    id: uuid.UUID
+    owner: str
+    run_at: datetime
+    far: bool = False
+
+
+@dataclass(frozen=True)
+class CancelParams:
+    id: uuid.UUID
+    owner: str
+    now: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ClaimParams:
+    worker_id: str
+    limit: int
+    lease_seconds: float
+    grace_seconds: float
+    prefetch_seconds: float = 0.0
+    now: datetime | None = None  # None: the database's now()
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: uuid.UUID
+    attempt: int
+    max_attempts: int
+    type: str
+    scheduled_for: datetime
+    run_at: datetime
+    timeout_seconds: int
+    target: dict[str, Any]
+    payload: Any
+    lease_until: datetime
+    cron_id: uuid.UUID | None = None
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.id, self.attempt)
+
+    @property
+    def target_kind(self) -> str:
+        return str(self.target.get("kind", "?"))
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What fences a write: the job and the attempt this worker claimed."""
+
+    id: uuid.UUID
+    attempt: int
+
+
+@dataclass(frozen=True)
+class HeartbeatParams:
+    leases: tuple[Lease, ...]
+    lease_seconds: float
+    grace_seconds: float
+    now: datetime | None = None
+
+
+@dataclass(frozen=True)
+class JobResult:
+    lease: Lease
+    outcome: Outcome
+    worker: str
+    started_at: datetime | None
+    lateness_seconds: float | None
+    error: str | None = None
+    retry_delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class FinishParams:
+    results: tuple[JobResult, ...]
+    now: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    rescheduled: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True)
+class BacklogStats:
+    due: int
+    oldest_due_age_seconds: float
+
+
+@dataclass
+class MaintenanceResult:
+    made_partitions: int = 0
+    dropped_partitions: list[str] = field(default_factory=list)
+    purged_rows: int = 0
+    purged_keys: int = 0

@@ -1,0 +1,374 @@
+"""The PostgreSQL store: one connection pool per shard, named queries only.
+
+psycopg errors are translated here, once: a shard that cannot be reached
+becomes :class:`ShardUnavailable` (the API answers 503, the worker backs off),
+never a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from cluster.errors import Conflict, NotFound, ShardUnavailable, VakitError
+from cluster.model import (
+    AttemptRecord,
+    BacklogStats,
+    CancelParams,
+    ClaimedJob,
+    ClaimParams,
+    CreateJobParams,
+    CreateResult,
+    FinishParams,
+    GetJobParams,
+    HeartbeatParams,
+    JobRecord,
+    JobStatus,
+    Lease,
+    MaintenanceResult,
+    ReapResult,
+    RescheduleParams,
+)
+from cluster.sql import QUERIES
+
+__all__ = ["PgStore"]
+
+log = logging.getLogger(__name__)
+
+# Errors that mean "the shard is not there right now", as opposed to a bug.
+_UNAVAILABLE = (psycopg.OperationalError, PoolTimeout, psycopg.errors.AdminShutdown)
+
+
+class PgStore:
+    def __init__(
+        self,
+        dsns: list[str],
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        timeout: float = 5.0,
+        name: str = "vakit",
+    ) -> None:
+        if not dsns:
+            raise ValueError("at least one shard DSN is needed (VAKIT_SHARDS)")
+        self.shard_count = len(dsns)
+        self._pools = [
+            AsyncConnectionPool(
+                dsn,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=timeout,
+                open=False,
+                name=f"{name}-shard{i}",
+                # A connection that died with its server (restart, failover)
+                # is noticed before use, not by the statement that needs it.
+                check=AsyncConnectionPool.check_connection,
+                reconnect_timeout=0,  # keep trying: a shard down is not a reason to give up
+                kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
+            )
+            for i, dsn in enumerate(dsns)
+        ]
+
+    async def open(self) -> None:
+        for pool in self._pools:
+            # wait=False: a shard that is down at start must not stop the
+            # others from serving; the pool keeps reconnecting.
+            await pool.open(wait=False)
+
+    async def close(self) -> None:
+        for pool in self._pools:
+            await pool.close()
+
+    @asynccontextmanager
+    async def _conn(self, shard: int) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if not 0 <= shard < self.shard_count:
+            raise ValueError(f"shard {shard} out of range 0..{self.shard_count - 1}")
+        try:
+            async with self._pools[shard].connection() as conn:
+                yield conn
+        except VakitError:
+            raise
+        except _UNAVAILABLE as exc:
+            raise ShardUnavailable(
+                f"shard {shard} is unavailable: {type(exc).__name__}", shard=shard
+            ) from exc
+
+    async def _fetch(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        async with self._conn(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(QUERIES[name], params)
+            return await cur.fetchall() if cur.description else []
+
+    # -- API side ---------------------------------------------------------
+
+    async def create_job(self, shard: int, params: CreateJobParams) -> CreateResult:
+        row = _job_row(params)
+        async with self._conn(shard) as conn, conn.transaction(), conn.cursor() as cur:
+            if params.idempotency_key is not None:
+                await cur.execute(QUERIES["insert_job_key"], row)
+                if await cur.fetchone() is None:
+                    # The key exists (a concurrent repeat waited on our unique
+                    # index and now sees the committed row).
+                    await cur.execute(QUERIES["get_job_key"], row)
+                    found = await cur.fetchone()
+                    assert found is not None
+                    first_id, fingerprint = found
+                    if fingerprint != params.fingerprint:
+                        raise Conflict(
+                            "Idempotency-Key was already used with a different request body; "
+                            "use a new key for a different job",
+                            idempotency_key=params.idempotency_key,
+                            shard=shard,
+                        )
+                    existing = await self._get(conn, first_id, params.owner, with_attempts=False)
+                    if existing is None:
+                        raise Conflict(
+                            "Idempotency-Key belongs to a job whose history has expired",
+                            idempotency_key=params.idempotency_key,
+                        )
+                    return CreateResult(existing, created=False)
+            await cur.execute(QUERIES["insert_far_job" if params.far else "insert_job"], row)
+        return CreateResult(_record_from_params(params), created=True)
+
+    async def get_job(self, shard: int, params: GetJobParams) -> JobRecord | None:
+        async with self._conn(shard) as conn:
+            return await self._get(conn, params.id, params.owner, params.with_attempts)
+
+    async def _get(
+        self, conn: psycopg.AsyncConnection[Any], job_id: uuid.UUID, owner: str, with_attempts: bool
+    ) -> JobRecord | None:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(QUERIES["get_job"], {"id": job_id, "owner": owner})
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            attempts: tuple[AttemptRecord, ...] = ()
+            if with_attempts:
+                await cur.execute(QUERIES["get_attempts"], {"id": job_id})
+                attempts = tuple(AttemptRecord(**a) for a in await cur.fetchall())
+        return JobRecord(
+            id=row["id"],
+            owner=row["owner_service"],
+            type=row["type"],
+            status=JobStatus(row["status"]),
+            run_at=row["run_at"],
+            scheduled_for=row["scheduled_for"],
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            timeout_seconds=row["timeout_seconds"],
+            target=row["target"],
+            payload=row["payload"],
+            idempotency_key=row["idempotency_key"],
+            cron_id=row["cron_id"],
+            last_error=row["last_error"],
+            created_at=row["created_at"],
+            finished_at=row["finished_at"],
+            attempts=attempts,
+        )
+
+    async def _change(
+        self, shard: int, job_id: uuid.UUID, owner: str, names: tuple[str, str], params: dict[str, Any], verb: str
+    ) -> JobRecord:
+        async with self._conn(shard) as conn:
+            # Far first, then near: the direction a job moves in, so a job the
+            # mover carries over between the two statements is still found.
+            for name in names:
+                cur = await conn.execute(QUERIES[name], params)
+                if await cur.fetchone() is not None:
+                    job = await self._get(conn, job_id, owner, with_attempts=False)
+                    assert job is not None
+                    return job
+            job = await self._get(conn, job_id, owner, with_attempts=False)
+        if job is None:
+            raise NotFound("no such job", job_id=str(job_id))
+        raise Conflict(
+            f"job is {job.status.value}; it can be {verb} only while SCHEDULED",
+            job_id=str(job_id),
+            status=job.status.value,
+        )
+
+    async def reschedule_job(self, shard: int, params: RescheduleParams) -> JobRecord:
+        return await self._change(
+            shard,
+            params.id,
+            params.owner,
+            ("reschedule_far_job", "reschedule_job"),
+            {"id": params.id, "owner": params.owner, "run_at": params.run_at},
+            "rescheduled",
+        )
+
+    async def cancel_job(self, shard: int, params: CancelParams) -> JobRecord:
+        return await self._change(
+            shard,
+            params.id,
+            params.owner,
+            ("cancel_far_job", "cancel_job"),
+            {"id": params.id, "owner": params.owner, "now": params.now},
+            "cancelled",
+        )
+
+    # -- worker side ------------------------------------------------------
+
+    async def claim_jobs(self, shard: int, params: ClaimParams) -> list[ClaimedJob]:
+        rows = await self._fetch(
+            shard,
+            "claim_jobs",
+            {
+                "worker": params.worker_id,
+                "limit": params.limit,
+                "lease": params.lease_seconds,
+                "grace": params.grace_seconds,
+                "prefetch": params.prefetch_seconds,
+                "now": params.now,
+            },
+        )
+        return [ClaimedJob(**r) for r in rows]
+
+    async def heartbeat(self, shard: int, params: HeartbeatParams) -> set[uuid.UUID]:
+        rows = await self._fetch(
+            shard,
+            "heartbeat",
+            {
+                "ids": [lease.id for lease in params.leases],
+                "attempts": [lease.attempt for lease in params.leases],
+                "lease": params.lease_seconds,
+                "grace": params.grace_seconds,
+                "now": params.now,
+            },
+        )
+        return {r["id"] for r in rows}
+
+    async def finish_jobs(self, shard: int, params: FinishParams) -> set[uuid.UUID]:
+        results = params.results
+        rows = await self._fetch(
+            shard,
+            "finish_jobs",
+            {
+                "ids": [r.lease.id for r in results],
+                "attempts": [r.lease.attempt for r in results],
+                "outcomes": [r.outcome.value for r in results],
+                "errors": [r.error for r in results],
+                "delays": [r.retry_delay for r in results],
+                "started": [r.started_at for r in results],
+                "lateness": [r.lateness_seconds for r in results],
+                "workers": [r.worker for r in results],
+                "now": params.now,
+            },
+        )
+        return {r["id"] for r in rows}
+
+    async def release_jobs(
+        self, shard: int, leases: list[Lease], refunds: list[bool] | None = None
+    ) -> set[uuid.UUID]:
+        rows = await self._fetch(
+            shard,
+            "release_jobs",
+            {
+                "ids": [x.id for x in leases],
+                "attempts": [x.attempt for x in leases],
+                "refunds": refunds if refunds is not None else [False] * len(leases),
+            },
+        )
+        return {r["id"] for r in rows}
+
+    async def reap_expired(self, shard: int, limit: int = 1000, now: datetime | None = None) -> ReapResult:
+        rows = await self._fetch(shard, "reap_expired", {"limit": limit, "now": now})
+        return ReapResult(rescheduled=rows[0]["rescheduled"], failed=rows[0]["failed"])
+
+    async def move_far_jobs(
+        self, shard: int, horizon_seconds: float, limit: int = 1000, now: datetime | None = None
+    ) -> int:
+        rows = await self._fetch(
+            shard, "move_far_jobs", {"horizon": horizon_seconds, "limit": limit, "now": now}
+        )
+        return len(rows)
+
+    async def backlog(self, shard: int, now: datetime | None = None) -> BacklogStats:
+        rows = await self._fetch(shard, "backlog", {"now": now})
+        return BacklogStats(due=rows[0]["due"], oldest_due_age_seconds=float(rows[0]["oldest_age"]))
+
+    async def schema_version(self, shard: int) -> int:
+        rows = await self._fetch(shard, "schema_version", {})
+        return int(rows[0]["version"])
+
+    async def worker_beat(self, shard: int, worker_id: str) -> None:
+        await self._fetch(shard, "worker_beat", {"worker": worker_id})
+
+    async def workers_seen(self, shard: int, within_seconds: float) -> list[str]:
+        rows = await self._fetch(shard, "workers_seen", {"within": within_seconds})
+        return [r["worker_id"] for r in rows]
+
+    async def maintain_history(
+        self, shard: int, retention_days: int, today: date | None = None, days_ahead: int = 7
+    ) -> MaintenanceResult:
+        """Day partitions ahead, old ones dropped, old keys purged (the janitor)."""
+        today = today or datetime.now(UTC).date()
+        result = MaintenanceResult()
+        cutoff = today - timedelta(days=retention_days)
+        async with self._conn(shard) as conn:
+            cur = await conn.execute(
+                QUERIES["ensure_partitions"],
+                {"from": today - timedelta(days=1), "to": today + timedelta(days=days_ahead)},
+            )
+            made = await cur.fetchone()
+            result.made_partitions = made[0] if made else 0
+            cur = await conn.execute(QUERIES["list_partitions"], {})
+            for name, _parent in await cur.fetchall():
+                day = datetime.strptime(name[-8:], "%Y%m%d").date()
+                if day < cutoff:
+                    await conn.execute(
+                        sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name))
+                    )
+                    result.dropped_partitions.append(name)
+            before = datetime.combine(cutoff, datetime.min.time(), tzinfo=UTC)
+            cur = await conn.execute(QUERIES["purge_default_partitions"], {"before": before})
+            purged = await cur.fetchone()
+            result.purged_rows = purged[0] if purged else 0
+            cur = await conn.execute(QUERIES["purge_job_keys"], {"before": before, "limit": 10000})
+            result.purged_keys = cur.rowcount
+        return result
+
+
+def _job_row(p: CreateJobParams) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "owner": p.owner,
+        "key": p.idempotency_key,
+        "fingerprint": p.fingerprint,
+        "type": p.type,
+        "cron_id": p.cron_id,
+        "scheduled_for": p.scheduled_for,
+        "run_at": p.run_at,
+        "max_attempts": p.max_attempts,
+        "timeout_seconds": p.timeout_seconds,
+        "target_kind": p.target_kind,
+        "target": Jsonb(p.target),
+        "payload": Jsonb(p.payload),
+    }
+
+
+def _record_from_params(p: CreateJobParams) -> JobRecord:
+    return JobRecord(
+        id=p.id,
+        owner=p.owner,
+        type=p.type,
+        status=JobStatus.SCHEDULED,
+        run_at=p.run_at,
+        scheduled_for=p.scheduled_for,
+        attempt=0,
+        max_attempts=p.max_attempts,
+        timeout_seconds=p.timeout_seconds,
+        target=p.target,
+        payload=p.payload,
+        idempotency_key=p.idempotency_key,
+        cron_id=p.cron_id,
+    )

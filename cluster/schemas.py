@@ -1,0 +1,162 @@
+"""The API's request and response bodies, and their validation.
+
+Unknown fields are rejected (a typo such as ``maxAttempt`` must not be
+silently ignored), times must be RFC 3339 with an offset, and limits are
+checked here so that bad input is a 4xx that changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "AttemptOut",
+    "CreateJobIn",
+    "CreateJobOut",
+    "HttpTargetIn",
+    "JobOut",
+    "KafkaTargetIn",
+    "NoopTargetIn",
+    "PatchJobIn",
+    "TargetIn",
+    "fingerprint",
+    "parse_rfc3339",
+]
+
+_RFC3339 = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def parse_rfc3339(value: str, name: str = "time") -> datetime:
+    """RFC 3339 with a mandatory offset; naive or vague times are refused."""
+    if not isinstance(value, str) or not _RFC3339.match(value):
+        raise ValueError(
+            f"{name} must be an RFC 3339 timestamp with an offset, e.g. 2026-10-23T14:30:00Z"
+        )
+    text = value.replace("z", "Z").replace("t", "T")
+    # Python parses at most 6 fractional digits: drop the nanoseconds.
+    text = re.sub(r"(\.\d{6})\d+", r"\1", text)
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(f"{name} is not a valid date and time: {value!r}") from exc
+
+
+Rfc3339 = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=False)
+
+
+class HttpTargetIn(_Strict):
+    kind: Literal["HTTP"]
+    url: str = Field(min_length=1, max_length=2048)
+    headers: dict[str, str] | None = Field(
+        None, description="Extra request headers (Vakit's own headers always win)."
+    )
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if len(value) > 20:
+            raise ValueError("at most 20 extra headers")
+        for name, val in value.items():
+            if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", name):
+                raise ValueError(f"invalid header name {name!r}")
+            if len(val) > 1024 or "\r" in val or "\n" in val:
+                raise ValueError(f"invalid value for header {name!r}")
+            if name.lower() in {"host", "content-length", "transfer-encoding", "connection"}:
+                raise ValueError(f"header {name!r} may not be set")
+        return value
+
+
+class KafkaTargetIn(_Strict):
+    kind: Literal["KAFKA"]
+    topic: str = Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    key: str | None = Field(None, max_length=1024)
+
+
+class NoopTargetIn(_Strict):
+    kind: Literal["NOOP"]
+
+
+TargetIn = Annotated[HttpTargetIn | KafkaTargetIn | NoopTargetIn, Field(discriminator="kind")]
+
+
+class CreateJobIn(_Strict):
+    type: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    runAt: Rfc3339
+    target: TargetIn
+    payload: Any = None
+    maxAttempts: int = Field(5, ge=1, le=100)
+    timeoutSeconds: int = Field(60, ge=1, le=86400)
+
+    @field_validator("runAt")
+    @classmethod
+    def _run_at(cls, value: str) -> str:
+        parse_rfc3339(value, "runAt")
+        return value
+
+    def run_at(self) -> datetime:
+        return parse_rfc3339(self.runAt, "runAt")
+
+
+class PatchJobIn(_Strict):
+    runAt: Rfc3339
+
+    @field_validator("runAt")
+    @classmethod
+    def _run_at(cls, value: str) -> str:
+        parse_rfc3339(value, "runAt")
+        return value
+
+
+class CreateJobOut(BaseModel):
+    jobId: str
+    status: str
+
+
+class AttemptOut(BaseModel):
+    attempt: int
+    worker: str | None
+    startedAt: datetime | None
+    finishedAt: datetime
+    outcome: str
+    error: str | None
+    latenessSeconds: float | None
+
+
+class JobOut(BaseModel):
+    jobId: str
+    type: str
+    status: str
+    runAt: datetime
+    scheduledFor: datetime
+    attempt: int
+    maxAttempts: int
+    timeoutSeconds: int
+    shard: int
+    target: dict[str, Any]
+    payload: Any
+    lastError: str | None
+    idempotencyKey: str | None = None
+    cronJobId: str | None = None
+    createdAt: datetime | None = None
+    finishedAt: datetime | None = None
+    attempts: list[AttemptOut] = Field(default_factory=list)
+
+
+def fingerprint(body: BaseModel) -> str:
+    """A stable digest of a request, to tell a repeat from a reuse of a key."""
+    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

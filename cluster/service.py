@@ -1,0 +1,147 @@
+"""Wiring for the long-running processes: ``vakit api`` and ``vakit worker``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+import cluster
+from cluster.config import Settings
+from cluster.coordination import Coordinator, Member, StaticCoordinator
+from cluster.maintenance import BacklogProbe, Janitor, LeaderLoop, Mover, Reaper
+from cluster.pgstore import PgStore
+from cluster.targets import Target
+from cluster.targets.http import HttpTarget
+from cluster.targets.noop import NoopTarget
+from cluster.targets.policy import AddressPolicy
+from cluster.worker import Worker, default_worker_id
+
+__all__ = ["build_targets", "make_coordinator", "run_api", "run_worker"]
+
+log = logging.getLogger(__name__)
+
+
+def build_targets(settings: Settings) -> dict[str, Target]:
+    policy = AddressPolicy.from_list(
+        settings.http_target_allow, allow_private=settings.allow_private_targets
+    )
+    targets: dict[str, Target] = {"HTTP": HttpTarget(policy, settings.http_pool_size)}
+    if settings.enable_noop_target:
+        targets["NOOP"] = NoopTarget()
+    if settings.kafka_bootstrap:
+        from cluster.targets.kafka import KafkaTarget
+
+        targets["KAFKA"] = KafkaTarget(settings.kafka_bootstrap)
+    return targets
+
+
+def make_coordinator(settings: Settings, worker_id: str) -> Coordinator:
+    if not settings.zk:
+        return StaticCoordinator(worker_id, settings.shard_count)
+    from datetime import UTC, datetime
+
+    from cluster.zkcoord import ZkCoordinator
+
+    member = Member(
+        id=worker_id,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        version=cluster.__version__,
+        started_at=datetime.now(UTC),
+    )
+    return ZkCoordinator(
+        settings.zk,
+        member=member,
+        shard_count=settings.shard_count,
+        session_timeout=settings.zk_session_timeout,
+    )
+
+
+async def _serve_ops(settings: Settings, ready: Callable[[], bool]) -> web.AppRunner:
+    async def metrics_handler(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(request: web.Request) -> web.Response:
+        ok = ready()
+        return web.json_response({"ready": ok}, status=200 if ok else 503)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.metrics_host, settings.metrics_port)
+    await site.start()
+    return runner
+
+
+async def run_worker(settings: Settings) -> None:
+    """A worker process: claim loops, heartbeats, leader-only maintenance."""
+    worker_id = settings.worker_id or default_worker_id()
+    store = PgStore(
+        settings.shards,
+        min_size=settings.pool_min_size,
+        max_size=settings.pool_max_size,
+        timeout=settings.connect_timeout,
+        name=f"worker-{worker_id}",
+    )
+    await store.open()
+    coordinator = make_coordinator(settings, worker_id)
+    # kazoo blocks; keep it off the event loop.
+    await asyncio.to_thread(coordinator.start)
+    targets = build_targets(settings)
+    worker = Worker(settings, store, coordinator, targets, worker_id=worker_id)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    runner = await _serve_ops(settings, worker.polling.is_set)
+    n = store.shard_count
+    loops = [
+        LeaderLoop(Reaper(store), coordinator, n, settings.reaper_interval),
+        LeaderLoop(Mover(store, settings.far_horizon_seconds), coordinator, n, 5.0),
+        LeaderLoop(Janitor(store, settings.history_retention_days), coordinator, n, 3600.0),
+        LeaderLoop(BacklogProbe(store), coordinator, n, 5.0),
+    ]
+    loop_tasks = [asyncio.create_task(lp.run(stopping)) for lp in loops]
+    worker.start()
+    log.info("worker started", extra={"worker_id": worker_id, "shards": n})
+    await stopping.wait()
+    started = time.monotonic()
+    log.info("worker stopping", extra={"worker_id": worker_id})
+    await worker.stop()
+    await asyncio.gather(*loop_tasks, return_exceptions=True)
+    for target in targets.values():
+        await target.close()
+    await asyncio.to_thread(coordinator.stop)
+    await runner.cleanup()
+    await store.close()
+    log.info("worker stopped", extra={"worker_id": worker_id, "seconds": time.monotonic() - started})
+
+
+def run_api(settings: Settings) -> None:
+    import uvicorn
+
+    from cluster.api import create_app
+
+    app = create_app(settings)
+    uvicorn.run(
+        app,
+        host=settings.api_host,
+        port=settings.api_port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )

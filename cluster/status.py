@@ -1,0 +1,73 @@
+"""The cluster at a glance: members, shard owners and leaders, backlog.
+
+Served as ``GET /api/v1/cluster`` and printed by ``vakit status``. With
+ZooKeeper, members, owners and leaders come from it; without, members and
+owners are the workers that beat into each shard lately, and every worker
+leads (the static coordinator).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from cluster.config import Settings
+from cluster.errors import VakitError
+from cluster.pgstore import PgStore
+
+__all__ = ["cluster_status"]
+
+_SEEN_SECONDS = 15.0
+
+
+async def cluster_status(
+    settings: Settings, store: PgStore | None = None, view: Any | None = None
+) -> dict[str, Any]:
+    own_store = store is None
+    if store is None:
+        store = PgStore(settings.shards, min_size=0, max_size=2, timeout=settings.connect_timeout)
+        await store.open()
+    own_view = False
+    if view is None and settings.zk:
+        from cluster.zkcoord import ZkClusterView
+
+        view = ZkClusterView(settings.zk)
+        await asyncio.to_thread(view.start)
+        own_view = True
+    try:
+        shards: list[dict[str, Any]] = []
+        members: list[dict[str, Any]] = []
+        if view is not None:
+            members = [
+                {"id": m.id, "host": m.host, "pid": m.pid, "version": m.version, "startedAt": m.started_at}
+                for m in await asyncio.to_thread(view.members)
+            ]
+            zk_shards = {s.shard: s for s in await asyncio.to_thread(view.shards, store.shard_count)}
+        seen_all: set[str] = set()
+        for shard in range(store.shard_count):
+            entry: dict[str, Any] = {"shard": shard, "owners": [], "leader": None}
+            try:
+                stats = await store.backlog(shard)
+                entry.update(backlog=stats.due, oldestDueAgeSeconds=stats.oldest_due_age_seconds)
+                seen = await store.workers_seen(shard, _SEEN_SECONDS)
+            except VakitError as exc:
+                entry.update(backlog=None, oldestDueAgeSeconds=None, error=exc.message)
+                seen = []
+            if view is not None:
+                zs = zk_shards.get(shard)
+                entry.update(owners=list(zs.owners) if zs else [], leader=zs.leader if zs else None)
+            else:
+                entry.update(owners=seen, leader=None)
+                seen_all.update(seen)
+            shards.append(entry)
+        if view is None:
+            members = [
+                {"id": w, "host": None, "pid": None, "version": None, "startedAt": None}
+                for w in sorted(seen_all)
+            ]
+        return {"coordination": "zookeeper" if view is not None else "static", "members": members, "shards": shards}
+    finally:
+        if own_view:
+            await asyncio.to_thread(view.stop)
+        if own_store:
+            await store.close()

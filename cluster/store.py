@@ -1,0 +1,75 @@
+"""The storage seam: one method per operation, one params object per method,
+the shard always explicit.
+
+Implementations: :class:`cluster.pgstore.PgStore` (PostgreSQL, one pool per
+shard) and :class:`cluster.memstore.MemStore` (in memory, for unit tests of
+the state machine). Both raise only :mod:`cluster.errors` exceptions.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Protocol
+
+from cluster.model import (
+    BacklogStats,
+    CancelParams,
+    ClaimedJob,
+    ClaimParams,
+    CreateJobParams,
+    CreateResult,
+    FinishParams,
+    GetJobParams,
+    HeartbeatParams,
+    JobRecord,
+    Lease,
+    ReapResult,
+    RescheduleParams,
+)
+
+__all__ = ["Store"]
+
+
+class Store(Protocol):
+    shard_count: int
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def create_job(self, shard: int, params: CreateJobParams) -> CreateResult:
+        """Insert a job; with an idempotency key, a repeat returns the first job
+        (``created=False``) and a reuse of the key with another body raises
+        :class:`~cluster.errors.Conflict`."""
+        ...
+
+    async def get_job(self, shard: int, params: GetJobParams) -> JobRecord | None: ...
+
+    async def reschedule_job(self, shard: int, params: RescheduleParams) -> JobRecord:
+        """Move ``run_at`` of a SCHEDULED job; Conflict otherwise, NotFound if absent."""
+        ...
+
+    async def cancel_job(self, shard: int, params: CancelParams) -> JobRecord:
+        """Cancel a job that has not started; Conflict otherwise, NotFound if absent."""
+        ...
+
+    async def claim_jobs(self, shard: int, params: ClaimParams) -> list[ClaimedJob]: ...
+
+    async def heartbeat(self, shard: int, params: HeartbeatParams) -> set[uuid.UUID]:
+        """Extend leases; returns the ids still held (the others were lost)."""
+        ...
+
+    async def finish_jobs(self, shard: int, params: FinishParams) -> set[uuid.UUID]:
+        """Record outcomes, each fenced by its attempt; returns the ids written."""
+        ...
+
+    async def release_jobs(
+        self, shard: int, leases: list[Lease], refunds: list[bool] | None = None
+    ) -> set[uuid.UUID]:
+        """Give back RUNNING jobs this worker holds; ``refunds`` marks the ones
+        never fired, whose attempt does not count against ``max_attempts``."""
+        ...
+
+    async def reap_expired(self, shard: int, limit: int = 1000) -> ReapResult: ...
+
+    async def backlog(self, shard: int) -> BacklogStats: ...

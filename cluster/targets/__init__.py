@@ -1,0 +1,59 @@
+"""Targets: where a job fires. The contract, and the registry by kind.
+
+A target receives what a receiver needs to make the effect happen once:
+``jobId``, ``scheduledFor`` (the logical time) and ``attempt``. It never runs
+business logic of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cluster.model import ClaimedJob
+
+__all__ = ["FireResult", "Target", "firing_body", "idempotency_key"]
+
+
+@dataclass(frozen=True)
+class FireResult:
+    ok: bool
+    retryable: bool = True
+    error: str | None = None
+
+    @classmethod
+    def success(cls) -> FireResult:
+        return cls(ok=True, retryable=False)
+
+    @classmethod
+    def retry(cls, error: str) -> FireResult:
+        return cls(ok=False, retryable=True, error=error)
+
+    @classmethod
+    def permanent(cls, error: str) -> FireResult:
+        return cls(ok=False, retryable=False, error=error)
+
+
+class Target(Protocol):
+    kind: str
+
+    async def fire(self, job: ClaimedJob, job_id: str, timeout: float) -> FireResult:
+        """Deliver one firing. Must not raise for delivery failures: report them."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def firing_body(job: ClaimedJob, job_id: str) -> dict[str, Any]:
+    return {
+        "jobId": job_id,
+        "type": job.type,
+        "scheduledFor": job.scheduled_for.isoformat().replace("+00:00", "Z"),
+        "attempt": job.attempt,
+        "payload": job.payload,
+    }
+
+
+def idempotency_key(job: ClaimedJob, job_id: str) -> str:
+    """Stable across attempts of one occurrence: what a receiver deduplicates on."""
+    return f"{job_id}:{job.scheduled_for.isoformat().replace('+00:00', 'Z')}"

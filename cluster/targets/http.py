@@ -1,0 +1,126 @@
+"""The HTTP target: POST a JSON firing to the job's URL.
+
+2xx is success; 408, 429, 5xx, timeouts and connection errors are retried;
+any other status (redirects included: they are not followed) fails at once,
+since repeating the same request would get the same answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import socket
+from typing import Any
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from cluster.model import ClaimedJob
+from cluster.targets import FireResult, firing_body, idempotency_key
+from cluster.targets.policy import AddressPolicy, TargetRefused
+
+__all__ = ["HttpTarget", "PolicyResolver"]
+
+_RETRY_STATUSES = frozenset({408, 429})
+_USER_AGENT = "vakit-worker/0.1"
+
+
+class PolicyResolver(AbstractResolver):
+    """Resolve names, then drop the addresses the policy refuses (SSRF guard
+    against names that resolve to loopback, private or metadata addresses)."""
+
+    def __init__(self, policy: AddressPolicy) -> None:
+        self._policy = policy
+        self._inner = aiohttp.ThreadedResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        allowed = []
+        refusal = None
+        for result in results:
+            try:
+                self._policy.check_address(ipaddress.ip_address(result["host"]), host)
+                allowed.append(result)
+            except TargetRefused as exc:
+                refusal = exc
+        if not allowed:
+            raise OSError(f"{host} resolves only to refused addresses: {refusal}")
+        return allowed
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class HttpTarget:
+    kind = "HTTP"
+
+    def __init__(self, policy: AddressPolicy, pool_size: int = 200) -> None:
+        self._policy = policy
+        self._pool_size = pool_size
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self._pool_size,
+                resolver=PolicyResolver(self._policy),
+                ttl_dns_cache=30,
+                enable_cleanup_closed=True,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                json_serialize=json.dumps,
+                headers={"User-Agent": _USER_AGENT},
+            )
+        return self._session
+
+    async def fire(self, job: ClaimedJob, job_id: str, timeout: float) -> FireResult:
+        url = str(job.target.get("url", ""))
+        try:
+            self._policy.check_url(url)
+        except TargetRefused as exc:
+            return FireResult.permanent(str(exc))
+        headers: dict[str, Any] = dict(job.target.get("headers") or {})
+        headers.update(
+            {
+                "Content-Type": "application/json",
+                "Idempotency-Key": idempotency_key(job, job_id),
+                "Vakit-Job-Id": job_id,
+                "Vakit-Scheduled-For": job.scheduled_for.isoformat().replace("+00:00", "Z"),
+                "Vakit-Attempt": str(job.attempt),
+            }
+        )
+        try:
+            async with self._client().post(
+                url,
+                json=firing_body(job, job_id),
+                headers=headers,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
+                status = resp.status
+                # Read a little of the body for lastError, and so the
+                # connection can go back to the keep-alive pool.
+                text = (await resp.content.read(512)).decode(errors="replace") if status >= 300 else ""
+        except TimeoutError:
+            return FireResult.retry(f"timed out after {timeout:g} s")
+        except (aiohttp.ClientError, OSError) as exc:
+            return FireResult.retry(f"{type(exc).__name__}: {exc}")
+        if 200 <= status < 300:
+            return FireResult.success()
+        detail = f"HTTP {status}" + (f": {text.strip()[:200]}" if text.strip() else "")
+        if status in _RETRY_STATUSES or status >= 500:
+            return FireResult.retry(detail)
+        if 300 <= status < 400:
+            return FireResult.permanent(detail + " (redirects are not followed)")
+        return FireResult.permanent(detail)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            # Let the connector's transports close before the loop ends.
+            await asyncio.sleep(0)
+            self._session = None

@@ -1,0 +1,405 @@
+"""The worker: claim due jobs, fire their targets, record the outcome.
+
+Per owned shard, a claim loop takes a batch of due jobs in one short
+transaction (``FOR UPDATE SKIP LOCKED``) and starts one task per job; the
+firing happens outside any transaction. Outcomes go to a per-shard completer
+that writes them in batches, each row fenced by its attempt. A heartbeat loop
+extends the leases of long jobs; a job whose heartbeat or completion matches
+no row was lost (its lease expired and someone else has it): the worker drops
+it, writes nothing and counts it.
+
+Every loop has a ``run_once`` that tests call directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import shardmap
+from cluster import metrics
+from cluster.backoff import backoff
+from cluster.clock import Clock, SystemClock
+from cluster.config import Settings
+from cluster.coordination import Coordinator
+from cluster.errors import ShardUnavailable, VakitError
+from cluster.limits import TargetLimiter, parse_limits, target_key
+from cluster.model import (
+    ClaimedJob,
+    ClaimParams,
+    FinishParams,
+    HeartbeatParams,
+    JobResult,
+    Outcome,
+)
+from cluster.pgstore import PgStore
+from cluster.targets import FireResult, Target
+
+__all__ = ["InFlight", "Worker", "default_worker_id"]
+
+log = logging.getLogger(__name__)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class InFlight:
+    job: ClaimedJob
+    shard: int
+    lease_until: datetime
+    task: asyncio.Task[None] | None = None
+    fired: bool = False  # the target was (or is being) called
+    lost: bool = False  # a heartbeat found the lease gone
+
+
+@dataclass
+class _ShardState:
+    inflight: dict[uuid.UUID, InFlight] = field(default_factory=dict)
+    results: asyncio.Queue[JobResult] = field(default_factory=asyncio.Queue)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: Settings,
+        store: PgStore,
+        coordinator: Coordinator,
+        targets: dict[str, Target],
+        *,
+        clock: Clock | None = None,
+        worker_id: str | None = None,
+        rand: Callable[[], float] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.coordinator = coordinator
+        self.targets = targets
+        self.clock = clock or SystemClock()
+        self.worker_id = worker_id or settings.worker_id or default_worker_id()
+        self.limiter = TargetLimiter(parse_limits(settings.target_limits))
+        self._rand = rand
+        self._shards = {i: _ShardState() for i in range(store.shard_count)}
+        self._capacity = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.polling = asyncio.Event()  # set once every claim loop has polled once
+        self._polled: set[int] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def inflight_count(self) -> int:
+        return sum(len(s.inflight) for s in self._shards.values())
+
+    def inflight(self, shard: int) -> dict[uuid.UUID, InFlight]:
+        return self._shards[shard].inflight
+
+    # -- claim -------------------------------------------------------------------
+
+    async def run_once(self, shard: int) -> int:
+        """Claim one batch on ``shard`` and start firing it; returns the count."""
+        room = self.settings.max_inflight - self.inflight_count
+        if room <= 0:
+            return 0
+        jobs = await self.store.claim_jobs(
+            shard,
+            ClaimParams(
+                worker_id=self.worker_id,
+                limit=min(self.settings.claim_batch, room),
+                lease_seconds=self.settings.lease_seconds,
+                grace_seconds=self.settings.lease_grace_seconds,
+                prefetch_seconds=self.settings.prefetch_seconds,
+            ),
+        )
+        state = self._shards[shard]
+        for job in jobs:
+            entry = InFlight(job=job, shard=shard, lease_until=job.lease_until)
+            state.inflight[job.id] = entry
+            entry.task = asyncio.create_task(self._run_job(entry), name=f"job-{job.id}")
+        if jobs:
+            metrics.CLAIMED.labels(str(shard)).inc(len(jobs))
+            metrics.INFLIGHT.labels(str(shard)).set(len(state.inflight))
+        return len(jobs)
+
+    async def _claim_loop(self, shard: int) -> None:
+        delay = self.settings.poll_interval
+        while not self._stopping.is_set():
+            claimed = 0
+            if shard in self.coordinator.owned_shards():
+                try:
+                    claimed = await self.run_once(shard)
+                    delay = self.settings.poll_interval
+                    self._mark_polled(shard)
+                except ShardUnavailable as exc:
+                    delay = min(delay * 2, 5.0)
+                    log.warning("claim failed: %s", exc, extra={"shard": shard})
+            if claimed >= self.settings.claim_batch:
+                continue  # more may be due: claim again without waiting
+            if self.inflight_count >= self.settings.max_inflight:
+                self._capacity.clear()
+                await self._wait(self._capacity, delay)
+            else:
+                await self._wait(self._shards[shard].wake, delay)
+
+    def _mark_polled(self, shard: int) -> None:
+        if shard not in self._polled:
+            self._polled.add(shard)
+            if self._polled >= set(self.coordinator.owned_shards()):
+                self.polling.set()
+
+    async def _wait(self, event: asyncio.Event, timeout: float) -> None:
+        stop = asyncio.ensure_future(self._stopping.wait())
+        ev = asyncio.ensure_future(event.wait())
+        try:
+            await asyncio.wait({stop, ev}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            ev.cancel()
+        event.clear()
+
+    # -- fire --------------------------------------------------------------------
+
+    async def _run_job(self, entry: InFlight) -> None:
+        job = entry.job
+        shard = entry.shard
+        job_id = shardmap.encode_id("job", job.id)
+        logx = {"job_id": job_id, "shard": shard, "attempt": job.attempt}
+        try:
+            # A prefetched job waits for its moment with its lease held.
+            delay = (job.run_at - self.clock.now()).total_seconds()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            target = self.targets.get(job.target_kind)
+            async with self.limiter.slot(target_key(job.target)):
+                if entry.lost:
+                    return
+                started = self.clock.now()
+                lateness = (started - job.run_at).total_seconds()
+                metrics.START_LATENESS.labels(str(shard), job.target_kind).observe(max(0.0, lateness))
+                entry.fired = True
+                if target is None:
+                    result = FireResult.permanent(f"no target of kind {job.target_kind!r} here")
+                else:
+                    try:
+                        async with asyncio.timeout(job.timeout_seconds):
+                            result = await target.fire(job, job_id, float(job.timeout_seconds))
+                    except TimeoutError:
+                        result = FireResult.retry(f"timed out after {job.timeout_seconds} s")
+                    except Exception as exc:  # a target bug must not kill the worker
+                        log.exception("target raised", extra=logx)
+                        result = FireResult.retry(f"{type(exc).__name__}: {exc}")
+            if entry.lost:
+                return
+            self._shards[shard].results.put_nowait(self._result_for(entry, result, started, lateness))
+        except Exception:  # never let one job's bug leave it in flight forever
+            log.exception("job task failed", extra=logx)
+            self._shards[shard].results.put_nowait(
+                self._result_for(entry, FireResult.retry("worker error"), self.clock.now(), 0.0)
+            )
+
+    def _result_for(
+        self, entry: InFlight, result: FireResult, started: datetime, lateness: float
+    ) -> JobResult:
+        job = entry.job
+        lease = job.lease
+        if result.ok:
+            outcome, delay = Outcome.SUCCEEDED, 0.0
+        elif result.retryable and job.attempt < job.max_attempts:
+            kwargs = {"rand": self._rand} if self._rand else {}
+            delay = backoff(
+                job.attempt,
+                base=self.settings.backoff_base,
+                cap=self.settings.backoff_max,
+                **kwargs,
+            )
+            outcome = Outcome.RETRY
+        else:
+            outcome, delay = Outcome.FAILED, 0.0
+        return JobResult(
+            lease=lease,
+            outcome=outcome,
+            worker=self.worker_id,
+            started_at=started,
+            lateness_seconds=lateness,
+            error=result.error,
+            retry_delay=delay,
+        )
+
+    # -- complete ------------------------------------------------------------------
+
+    async def flush_once(self, shard: int, wait: bool = True) -> int:
+        """Write one batch of outcomes for ``shard``; returns how many were written."""
+        state = self._shards[shard]
+        batch: list[JobResult] = []
+        if wait:
+            batch.append(await state.results.get())
+            if self.settings.complete_linger:
+                await asyncio.sleep(self.settings.complete_linger)
+        while len(batch) < self.settings.complete_batch and not state.results.empty():
+            batch.append(state.results.get_nowait())
+        if not batch:
+            return 0
+        while True:
+            try:
+                written = await self.store.finish_jobs(shard, FinishParams(tuple(batch)))
+                break
+            except ShardUnavailable as exc:
+                # Keep the outcomes and try again; if the lease runs out first
+                # the write is fenced and the job runs again (at least once).
+                log.warning("completion failed, retrying: %s", exc, extra={"shard": shard})
+                await asyncio.sleep(1.0)
+        for res in batch:
+            entry = state.inflight.pop(res.lease.id, None)
+            kind = entry.job.target_kind if entry else "?"
+            job_id = shardmap.encode_id("job", res.lease.id)
+            extra = {"job_id": job_id, "shard": shard, "attempt": res.lease.attempt}
+            if res.lease.id not in written:
+                metrics.FENCED.labels(str(shard), "complete").inc()
+                log.warning("completion fenced: the job was no longer ours", extra=extra)
+            elif res.outcome is Outcome.SUCCEEDED:
+                metrics.COMPLETED.labels(str(shard), kind).inc()
+            elif res.outcome is Outcome.RETRY:
+                metrics.RETRIED.labels(str(shard), kind).inc()
+                log.info("attempt failed, retrying in %.1fs: %s", res.retry_delay, res.error, extra=extra)
+            else:
+                metrics.FAILED.labels(str(shard), kind).inc()
+                log.warning("job failed for good: %s", res.error, extra=extra)
+        metrics.INFLIGHT.labels(str(shard)).set(len(state.inflight))
+        self._capacity.set()
+        return len(written)
+
+    async def _complete_loop(self, shard: int) -> None:
+        while True:
+            await self.flush_once(shard)
+
+    # -- heartbeat -------------------------------------------------------------------
+
+    async def heartbeat_once(self, shard: int) -> int:
+        """Extend the leases that run out within the next lease period; jobs
+        whose lease is gone are dropped. Returns how many were lost."""
+        state = self._shards[shard]
+        now = self.clock.now()
+        horizon = self.settings.lease_seconds
+        due = [
+            e
+            for e in state.inflight.values()
+            if not e.lost and (e.lease_until - now).total_seconds() < horizon
+        ]
+        if not due:
+            return 0
+        kept = await self.store.heartbeat(
+            shard,
+            HeartbeatParams(
+                leases=tuple(e.job.lease for e in due),
+                lease_seconds=self.settings.lease_seconds,
+                grace_seconds=self.settings.lease_grace_seconds,
+            ),
+        )
+        lost = 0
+        for entry in due:
+            if entry.job.id in kept:
+                entry.lease_until = max(
+                    entry.lease_until,
+                    now + timedelta(seconds=self.settings.lease_seconds + self.settings.lease_grace_seconds),
+                )
+            elif state.inflight.get(entry.job.id) is entry:
+                lost += 1
+                self._drop(entry, "heartbeat")
+        return lost
+
+    def _drop(self, entry: InFlight, operation: str) -> None:
+        entry.lost = True
+        metrics.FENCED.labels(str(entry.shard), operation).inc()
+        log.warning(
+            "lease lost: dropping the job, writing nothing",
+            extra={
+                "job_id": shardmap.encode_id("job", entry.job.id),
+                "shard": entry.shard,
+                "attempt": entry.job.attempt,
+            },
+        )
+        self._shards[entry.shard].inflight.pop(entry.job.id, None)
+        if entry.task is not None:
+            entry.task.cancel()
+        self._capacity.set()
+
+    async def _heartbeat_loop(self) -> None:
+        while not self._stopping.is_set():
+            for shard in self._shards:
+                try:
+                    await self.heartbeat_once(shard)
+                except VakitError as exc:
+                    log.warning("heartbeat failed: %s", exc, extra={"shard": shard})
+            await self._sleep(self.settings.heartbeat_every)
+
+    async def _beat_loop(self) -> None:
+        """Tell each owned shard we poll it (readiness, `vakit status`)."""
+        while not self._stopping.is_set():
+            for shard in sorted(self.coordinator.owned_shards()):
+                try:
+                    await self.store.worker_beat(shard, self.worker_id)
+                except VakitError:
+                    pass
+            await self._sleep(5.0)
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def start(self) -> None:
+        for shard in self._shards:
+            self._tasks.append(asyncio.create_task(self._claim_loop(shard), name=f"claim-{shard}"))
+            self._tasks.append(
+                asyncio.create_task(self._complete_loop(shard), name=f"complete-{shard}")
+            )
+        self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
+        self._tasks.append(asyncio.create_task(self._beat_loop(), name="beat"))
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Graceful stop: no new claims; in-flight jobs finish within ``grace``
+        seconds, the rest are released (never-fired ones with a refund)."""
+        grace = self.settings.stop_grace_seconds if grace is None else grace
+        self._stopping.set()
+        pending = [e.task for s in self._shards.values() for e in s.inflight.values() if e.task]
+        if pending:
+            await asyncio.wait(pending, timeout=grace)
+        # Release what did not finish in time.
+        for shard, state in self._shards.items():
+            unfinished = [e for e in state.inflight.values() if e.task and not e.task.done()]
+            for entry in unfinished:
+                assert entry.task is not None
+                entry.task.cancel()
+            if unfinished:
+                try:
+                    await self.store.release_jobs(
+                        shard, [e.job.lease for e in unfinished], [not e.fired for e in unfinished]
+                    )
+                except VakitError as exc:
+                    log.warning("release failed (leases will expire): %s", exc, extra={"shard": shard})
+                for entry in unfinished:
+                    state.inflight.pop(entry.job.id, None)
+        # Write what finished.
+        for shard, state in self._shards.items():
+            while not state.results.empty():
+                try:
+                    await self.flush_once(shard, wait=False)
+                except VakitError as exc:
+                    log.warning("final completion failed: %s", exc, extra={"shard": shard})
+                    break
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()

@@ -1,0 +1,110 @@
+"""Routing: which shard holds a job, given only its id.
+
+Every id is a UUIDv7 (RFC 9562) whose 12-bit ``rand_a`` field carries a
+*slot* in ``0..4095``. The shard is ``slot % shard_count`` today; a slot→shard
+table can replace the modulo later, so shards are added by moving slot ranges,
+without rewriting ids. Any process, given an id, knows the shard without a
+lookup.
+
+How the slot is chosen (stable across processes, versions and machines; never
+Python's ``hash()``, which is salted per process):
+
+* a job created with an ``Idempotency-Key``: ``key_slot(owner, key)``, the
+  first 8 bytes of ``SHA-256(owner ‖ 0x00 ‖ key)`` (UTF-8), big-endian,
+  modulo 4096. Every repeat of a create lands on the same shard, which is what
+  makes the per-shard unique constraint a global one;
+* a cron definition: random; each of its occurrences takes the cron's slot,
+  so an occurrence lives on its cron's shard;
+* any other job: random.
+
+Ids are shown to users as ``<prefix>_<26 Crockford base32 characters>``
+(``job_01JD…``, ``cron_01JD…``), the ULID text form of the same 128 bits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+__all__ = [
+    "SLOTS",
+    "ShardMap",
+    "decode_id",
+    "encode_id",
+    "key_slot",
+    "new_uuid",
+    "slot_of",
+]
+
+SLOTS = 4096
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_DECODE = {c: i for i, c in enumerate(_ALPHABET)}
+# Crockford base32 accepts these look-alikes when decoding.
+_DECODE.update({"O": 0, "I": 1, "L": 1})
+
+
+def key_slot(owner: str, key: str) -> int:
+    """The slot of an idempotent create: stable and documented (see module doc)."""
+    digest = hashlib.sha256(owner.encode() + b"\x00" + key.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % SLOTS
+
+
+def new_uuid(slot: int | None = None, *, unix_ms: int | None = None) -> uuid.UUID:
+    """A UUIDv7 carrying ``slot`` (random when None) in its ``rand_a`` bits."""
+    if slot is None:
+        slot = int.from_bytes(os.urandom(2), "big") % SLOTS
+    if not 0 <= slot < SLOTS:
+        raise ValueError(f"slot must be in 0..{SLOTS - 1}, got {slot}")
+    ms = time.time_ns() // 1_000_000 if unix_ms is None else unix_ms
+    rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | slot << 64 | 0b10 << 62 | rand_b
+    return uuid.UUID(int=value)
+
+
+def slot_of(value: uuid.UUID) -> int:
+    """The slot embedded in an id made by :func:`new_uuid`."""
+    return (value.int >> 64) & 0xFFF
+
+
+def encode_id(prefix: str, value: uuid.UUID) -> str:
+    n = value.int
+    chars = [_ALPHABET[(n >> shift) & 31] for shift in range(125, -1, -5)]
+    return f"{prefix}_{''.join(chars)}"
+
+
+def decode_id(prefix: str, text: str) -> uuid.UUID:
+    """Parse ``prefix_XXXX``; raises ``ValueError`` with a readable message."""
+    head, sep, body = text.partition("_")
+    if not sep or head != prefix or len(body) != 26:
+        raise ValueError(f"not a {prefix} id: {text!r} (expected {prefix}_ and 26 characters)")
+    n = 0
+    for ch in body.upper():
+        if ch not in _DECODE:
+            raise ValueError(f"not a {prefix} id: {text!r} (bad character {ch!r})")
+        n = n << 5 | _DECODE[ch]
+    if n >> 128:
+        raise ValueError(f"not a {prefix} id: {text!r} (out of range)")
+    value = uuid.UUID(int=n)
+    if value.version != 7:
+        raise ValueError(f"not a {prefix} id: {text!r} (not a version 7 UUID)")
+    return value
+
+
+@dataclass(frozen=True)
+class ShardMap:
+    """Maps slots to shards. Today a modulo; the seam for a slot table later."""
+
+    shard_count: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.shard_count <= SLOTS:
+            raise ValueError(f"shard_count must be in 1..{SLOTS}, got {self.shard_count}")
+
+    def shard_of_slot(self, slot: int) -> int:
+        return slot % self.shard_count
+
+    def shard_of(self, value: uuid.UUID) -> int:
+        return self.shard_of_slot(slot_of(value))

@@ -1,0 +1,3 @@
+"""Shared fixtures: real servers started by the tests themselves."""
+
+pytest_plugins = ["tests.pgfixtures", "tests.zkfixtures"]

@@ -1,0 +1,146 @@
+"""Helpers shared by the integration and fault tests."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
+
+import shardmap
+from cluster.model import CreateJobParams
+
+T = TypeVar("T")
+
+
+def wait_for(
+    condition: Callable[[], T], timeout: float = 30.0, interval: float = 0.1, what: str = "condition"
+) -> T:
+    """Poll until ``condition()`` is truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Firing:
+    job_id: str
+    attempt: int
+    scheduled_for: str
+    idempotency_key: str
+    payload: Any
+    at: float
+
+
+@dataclass
+class Sink:
+    """A real HTTP target on loopback that logs every firing.
+
+    Payload knobs: ``{"sleep": s}`` answers after ``s`` seconds;
+    ``{"fail": n}`` answers 503 to the first ``n`` attempts;
+    ``{"status": code}`` always answers ``code``.
+    """
+
+    server: ThreadingHTTPServer
+    firings: list[Firing] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/fire"
+
+    def by_job(self) -> dict[str, list[Firing]]:
+        with self.lock:
+            out: dict[str, list[Firing]] = {}
+            for f in self.firings:
+                out.setdefault(f.job_id, []).append(f)
+            return out
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.firings)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_sink() -> Sink:
+    sink: Sink
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            payload = body.get("payload") or {}
+            with sink.lock:
+                sink.firings.append(
+                    Firing(
+                        body["jobId"],
+                        body["attempt"],
+                        body["scheduledFor"],
+                        self.headers.get("Idempotency-Key", ""),
+                        payload,
+                        time.monotonic(),
+                    )
+                )
+            status = 200
+            if isinstance(payload, dict):
+                if payload.get("sleep"):
+                    time.sleep(float(payload["sleep"]))
+                if body["attempt"] <= int(payload.get("fail", 0)):
+                    status = 503
+                status = int(payload.get("status", status))
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    sink = Sink(server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return sink
+
+
+def job_params(
+    url: str,
+    *,
+    run_at: datetime | None = None,
+    owner: str = "svc",
+    payload: Any = None,
+    max_attempts: int = 3,
+    timeout: int = 30,
+    key: str | None = None,
+    kind: str = "HTTP",
+    far: bool = False,
+) -> CreateJobParams:
+    run_at = run_at or datetime.now(UTC) - timedelta(seconds=1)
+    slot = shardmap.key_slot(owner, key) if key else None
+    target = {"kind": kind, "url": url} if kind == "HTTP" else {"kind": kind}
+    return CreateJobParams(
+        id=shardmap.new_uuid(slot),
+        owner=owner,
+        type="TEST",
+        run_at=run_at,
+        scheduled_for=run_at,
+        target=target,
+        payload=payload if payload is not None else {},
+        max_attempts=max_attempts,
+        timeout_seconds=timeout,
+        idempotency_key=key,
+        fingerprint="fp" if key else None,
+        far=far,
+    )

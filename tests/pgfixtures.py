@@ -1,0 +1,98 @@
+"""PostgreSQL for the tests: real servers, started by the fixtures.
+
+Two local servers (two shards) live for the whole session; each test gets
+fresh databases cloned from a migrated template, so tests never see each
+other's rows. The servers run with a non-UTC time zone (Asia/Kolkata, +05:30)
+to catch naive-time bugs. With a Docker engine, testcontainers could provide
+the servers instead; here the local binaries are used (there is no engine).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import psycopg.sql
+import pytest
+
+from cluster.migrate import migrate_shard
+from cluster.pgserver import PgServer
+from cluster.pgstore import PgStore
+
+TEMPLATE = "vakit_template"
+SHARDS = 2
+
+
+def make_base_dir(prefix: str) -> Path:
+    # PostgreSQL runs as 'postgres' and must traverse the directory.
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("VAKIT_TEST_TMP")))
+    base.chmod(0o755)
+    return base
+
+
+def start_pg(base: Path, name: str, **kwargs: object) -> PgServer:
+    server = PgServer(
+        base / name,
+        durable=False,
+        extra_settings={"timezone": "'Asia/Kolkata'"},
+        **kwargs,  # type: ignore[arg-type]
+    )
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="session")
+def pg_servers() -> Iterator[list[PgServer]]:
+    base = make_base_dir("vakit-test-pg-")
+    servers: list[PgServer] = []
+    try:
+        for i in range(SHARDS):
+            server = start_pg(base, f"shard{i}")
+            servers.append(server)
+            server.create_database(TEMPLATE)
+            migrate_shard(server.dsn_for(TEMPLATE), i)
+        yield servers
+    finally:
+        for server in servers:
+            server.stop("immediate")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def clone_databases(servers: list[PgServer]) -> list[str]:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    return [s.create_database(name, template=TEMPLATE) for s in servers]
+
+
+def drop_databases(dsns: list[str]) -> None:
+    for dsn in dsns:
+        admin = dsn.rsplit("/", 1)[0] + "/postgres"
+        name = dsn.rsplit("/", 1)[1]
+        try:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(
+                    psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                        psycopg.sql.Identifier(name)
+                    )
+                )
+        except psycopg.OperationalError:
+            pass  # the server was stopped by the test and is gone
+
+
+@pytest.fixture
+def shard_dsns(pg_servers: list[PgServer]) -> Iterator[list[str]]:
+    dsns = clone_databases(pg_servers)
+    yield dsns
+    drop_databases(dsns)
+
+
+@pytest.fixture
+async def store(shard_dsns: list[str]) -> AsyncIterator[PgStore]:
+    s = PgStore(shard_dsns, max_size=4, timeout=3.0)
+    await s.open()
+    yield s
+    await s.close()
