@@ -6,6 +6,7 @@ Stateless: any number of replicas serve the same shards. Errors are
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -50,7 +51,8 @@ _BEAT_FRESH_SECONDS = 15.0
 
 
 def problem(status: int, title: str, detail: str, **fields: Any) -> JSONResponse:
-    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **fields}
+    # Extension members never override the standard ones (RFC 9457).
+    body = {**fields, "type": "about:blank", "title": title, "status": status, "detail": detail}
     headers = {}
     if "retry_after" in fields:
         headers["Retry-After"] = str(fields.pop("retry_after"))
@@ -70,6 +72,7 @@ class ApiContext:
             settings.http_target_allow, allow_private=settings.allow_private_targets
         )
         self.tokens = dict(settings.api_tokens)
+        self.view: Any = None  # ZkClusterView when ZooKeeper is configured
 
     def owner_for(self, authorization: str | None) -> str:
         if not authorization:
@@ -151,9 +154,16 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await store.open()
+        if settings.zk:
+            from cluster.zkcoord import ZkClusterView
+
+            ctx.view = ZkClusterView(settings.zk)
+            await asyncio.to_thread(ctx.view.start)
         try:
             yield
         finally:
+            if ctx.view is not None:
+                await asyncio.to_thread(ctx.view.stop)
             await store.close()
 
     app = FastAPI(
@@ -322,6 +332,13 @@ def create_app(
         report = await shard_readiness(store, LATEST_VERSION)
         ready = all(s["ready"] for s in report)
         return JSONResponse({"ready": ready, "shards": report}, status_code=200 if ready else 503)
+
+    @app.get("/api/v1/cluster", tags=["operations"])
+    async def cluster_view(owner: str = Depends(owner)) -> dict[str, Any]:
+        """Members, shard owners and leaders, backlog and oldest due age per shard."""
+        from cluster.status import cluster_status
+
+        return await cluster_status(settings, store, ctx.view)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_endpoint() -> Response:

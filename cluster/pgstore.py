@@ -193,7 +193,7 @@ class PgStore:
         raise Conflict(
             f"job is {job.status.value}; it can be {verb} only while SCHEDULED",
             job_id=str(job_id),
-            status=job.status.value,
+            job_status=job.status.value,
         )
 
     async def reschedule_job(self, shard: int, params: RescheduleParams) -> JobRecord:

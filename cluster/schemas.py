@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator
 
 __all__ = [
     "AttemptOut",
@@ -26,6 +26,7 @@ __all__ = [
     "PatchJobIn",
     "TargetIn",
     "fingerprint",
+    "format_utc",
     "parse_rfc3339",
 ]
 
@@ -50,6 +51,14 @@ def parse_rfc3339(value: str, name: str = "time") -> datetime:
 
 
 Rfc3339 = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+
+
+def format_utc(value: datetime) -> str:
+    """Times leave the API in UTC with a ``Z``, whatever the database session's zone."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+UtcDatetime = Annotated[datetime, PlainSerializer(format_utc, return_type=str)]
 
 
 class _Strict(BaseModel):
@@ -129,8 +138,8 @@ class CreateJobOut(BaseModel):
 class AttemptOut(BaseModel):
     attempt: int
     worker: str | None
-    startedAt: datetime | None
-    finishedAt: datetime
+    startedAt: UtcDatetime | None
+    finishedAt: UtcDatetime
     outcome: str
     error: str | None
     latenessSeconds: float | None
@@ -140,8 +149,8 @@ class JobOut(BaseModel):
     jobId: str
     type: str
     status: str
-    runAt: datetime
-    scheduledFor: datetime
+    runAt: UtcDatetime
+    scheduledFor: UtcDatetime
     attempt: int
     maxAttempts: int
     timeoutSeconds: int
@@ -151,8 +160,8 @@ class JobOut(BaseModel):
     lastError: str | None
     idempotencyKey: str | None = None
     cronJobId: str | None = None
-    createdAt: datetime | None = None
-    finishedAt: datetime | None = None
+    createdAt: UtcDatetime | None = None
+    finishedAt: UtcDatetime | None = None
     attempts: list[AttemptOut] = Field(default_factory=list)
 
 
