@@ -149,7 +149,7 @@ class LocalCluster:
             for proc in self.procs:
                 if proc.poll() is not None:
                     raise RuntimeError(
-                        f"a process exited early ({proc.args}); see {self.data_dir / 'logs'}"
+                        f"a process exited early ({proc.args!r}); see {self.data_dir / 'logs'}"
                     )
             try:
                 with urllib.request.urlopen(self.api_url + "/readyz", timeout=2) as resp:
@@ -211,7 +211,7 @@ def run_foreground(cluster: LocalCluster, demo: bool) -> int:
         while not stop.is_set():
             for proc in cluster.procs:
                 if proc.poll() is not None:
-                    print(f"process {proc.args} exited with {proc.returncode}; stopping", flush=True)
+                    print(f"process {proc.args!r} exited with {proc.returncode}; stopping", flush=True)
                     stop.set()
             stop.wait(1.0)
         return 0

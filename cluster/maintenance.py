@@ -15,6 +15,7 @@ from cluster import metrics
 from cluster.coordination import Coordinator
 from cluster.errors import VakitError
 from cluster.pgstore import PgStore
+from cluster.store import Store
 
 __all__ = ["LeaderLoop", "Janitor", "Mover", "Reaper"]
 
@@ -26,7 +27,7 @@ class Reaper:
 
     name = "reaper"
 
-    def __init__(self, store: PgStore, batch: int = 1000) -> None:
+    def __init__(self, store: Store, batch: int = 1000) -> None:
         self.store = store
         self.batch = batch
 
@@ -54,7 +55,7 @@ class Mover:
 
     name = "mover"
 
-    def __init__(self, store: PgStore, horizon_seconds: float, batch: int = 5000) -> None:
+    def __init__(self, store: Store, horizon_seconds: float, batch: int = 5000) -> None:
         self.store = store
         self.horizon = horizon_seconds
         self.batch = batch
@@ -91,7 +92,7 @@ class BacklogProbe:
 
     name = "backlog"
 
-    def __init__(self, store: PgStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     async def run_once(self, shard: int) -> int:

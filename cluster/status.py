@@ -67,7 +67,7 @@ async def cluster_status(
             ]
         return {"coordination": "zookeeper" if view is not None else "static", "members": members, "shards": shards}
     finally:
-        if own_view:
+        if own_view and view is not None:
             await asyncio.to_thread(view.stop)
         if own_store:
             await store.close()

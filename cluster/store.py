@@ -9,6 +9,7 @@ the state machine). Both raise only :mod:`cluster.errors` exceptions.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Protocol
 
 from cluster.model import (
@@ -70,6 +71,16 @@ class Store(Protocol):
         never fired, whose attempt does not count against ``max_attempts``."""
         ...
 
-    async def reap_expired(self, shard: int, limit: int = 1000) -> ReapResult: ...
+    async def reap_expired(
+        self, shard: int, limit: int = 1000, now: datetime | None = None
+    ) -> ReapResult: ...
 
-    async def backlog(self, shard: int) -> BacklogStats: ...
+    async def move_far_jobs(
+        self, shard: int, horizon_seconds: float, limit: int = 1000, now: datetime | None = None
+    ) -> int: ...
+
+    async def backlog(self, shard: int, now: datetime | None = None) -> BacklogStats: ...
+
+    async def worker_beat(self, shard: int, worker_id: str) -> None: ...
+
+    async def workers_seen(self, shard: int, within_seconds: float) -> list[str]: ...

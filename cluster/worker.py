@@ -38,7 +38,7 @@ from cluster.model import (
     JobResult,
     Outcome,
 )
-from cluster.pgstore import PgStore
+from cluster.store import Store
 from cluster.targets import FireResult, Target
 
 __all__ = ["InFlight", "Worker", "default_worker_id"]
@@ -71,7 +71,7 @@ class Worker:
     def __init__(
         self,
         settings: Settings,
-        store: PgStore,
+        store: Store,
         coordinator: Coordinator,
         targets: dict[str, Target],
         *,

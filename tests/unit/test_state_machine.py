@@ -1,0 +1,282 @@
+"""The job state machine, driven through the real Worker on the in-memory
+store with a fake clock and a fake target: no server, no sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import shardmap
+from cluster.clock import FakeClock
+from cluster.config import Settings
+from cluster.coordination import StaticCoordinator
+from cluster.errors import Conflict, NotFound
+from cluster.maintenance import Reaper
+from cluster.memstore import MemStore
+from cluster.model import (
+    CancelParams,
+    ClaimedJob,
+    CreateJobParams,
+    GetJobParams,
+    JobStatus,
+    RescheduleParams,
+)
+from cluster.targets import FireResult
+from cluster.worker import Worker
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+class FakeTarget:
+    kind = "HTTP"
+
+    def __init__(self, respond: Callable[[ClaimedJob], Awaitable[FireResult]] | None = None) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.respond = respond
+
+    async def fire(self, job: ClaimedJob, job_id: str, timeout: float) -> FireResult:
+        self.calls.append((job_id, job.attempt))
+        if self.respond is None:
+            return FireResult.success()
+        return await self.respond(job)
+
+    async def close(self) -> None:
+        return None
+
+
+def settings(**over: object) -> Settings:
+    base: dict[str, object] = {
+        "shards": ["x"],
+        "lease_seconds": 30,
+        "lease_grace_seconds": 0,
+        "backoff_base": 10,
+        "complete_linger": 0,
+    }
+    base.update(over)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> MemStore:
+    return MemStore(1, clock)
+
+
+def make_worker(store: MemStore, clock: FakeClock, target: FakeTarget, name: str = "w1", **over: object) -> Worker:
+    s = settings(**over)
+    return Worker(s, store, StaticCoordinator(name, 1), {"HTTP": target}, clock=clock, worker_id=name, rand=lambda: 1.0)
+
+
+async def add_job(store: MemStore, run_at: datetime = T0, max_attempts: int = 3, timeout: int = 60) -> CreateJobParams:
+    p = CreateJobParams(
+        id=shardmap.new_uuid(0),
+        owner="svc",
+        type="T",
+        run_at=run_at,
+        scheduled_for=run_at,
+        target={"kind": "HTTP", "url": "https://x.example/"},
+        payload={},
+        max_attempts=max_attempts,
+        timeout_seconds=timeout,
+    )
+    await store.create_job(0, p)
+    return p
+
+
+async def settle(worker: Worker) -> None:
+    """Let the job tasks run, then write their outcomes."""
+    tasks = [e.task for e in worker.inflight(0).values() if e.task]
+    if tasks:
+        await asyncio.wait(tasks, timeout=5)
+    await worker.flush_once(0, wait=False)
+
+
+async def status(store: MemStore, p: CreateJobParams):  # type: ignore[no-untyped-def]
+    job = await store.get_job(0, GetJobParams(p.id, "svc"))
+    assert job is not None
+    return job
+
+
+async def test_success(store: MemStore, clock: FakeClock) -> None:
+    p = await add_job(store)
+    target = FakeTarget()
+    worker = make_worker(store, clock, target)
+    assert await worker.run_once(0) == 1
+    await settle(worker)
+    job = await status(store, p)
+    assert job.status is JobStatus.SUCCEEDED and job.attempt == 1
+    assert [a.outcome for a in job.attempts] == ["SUCCEEDED"]
+    assert target.calls == [(shardmap.encode_id("job", p.id), 1)]
+    assert worker.inflight_count == 0
+
+
+async def test_not_due_not_claimed(store: MemStore, clock: FakeClock) -> None:
+    await add_job(store, run_at=T0 + timedelta(seconds=5))
+    worker = make_worker(store, clock, FakeTarget())
+    assert await worker.run_once(0) == 0
+    clock.advance(5)
+    assert await worker.run_once(0) == 1
+
+
+async def test_retry_with_backoff_then_success(store: MemStore, clock: FakeClock) -> None:
+    p = await add_job(store)
+
+    async def flaky(job: ClaimedJob) -> FireResult:
+        return FireResult.retry("HTTP 503") if job.attempt == 1 else FireResult.success()
+
+    worker = make_worker(store, clock, FakeTarget(flaky))
+    await worker.run_once(0)
+    await settle(worker)
+    job = await status(store, p)
+    assert job.status is JobStatus.SCHEDULED and job.last_error == "HTTP 503"
+    assert job.run_at == T0 + timedelta(seconds=10)  # backoff(1) with rand=1.0 and base 10
+    assert await worker.run_once(0) == 0  # not before the backoff
+    clock.advance(10)
+    assert await worker.run_once(0) == 1
+    await settle(worker)
+    job = await status(store, p)
+    assert job.status is JobStatus.SUCCEEDED and job.attempt == 2
+    assert [a.outcome for a in job.attempts] == ["ERROR", "SUCCEEDED"]
+
+
+async def test_failed_after_max_attempts(store: MemStore, clock: FakeClock) -> None:
+    p = await add_job(store, max_attempts=2)
+
+    async def broken(job: ClaimedJob) -> FireResult:
+        return FireResult.retry("HTTP 500")
+
+    worker = make_worker(store, clock, FakeTarget(broken))
+    for _ in range(2):
+        await worker.run_once(0)
+        await settle(worker)
+        clock.advance(3600)
+    job = await status(store, p)
+    assert job.status is JobStatus.FAILED and job.attempt == 2 and job.last_error == "HTTP 500"
+
+
+async def test_permanent_error_fails_at_once(store: MemStore, clock: FakeClock) -> None:
+    p = await add_job(store, max_attempts=5)
+
+    async def gone(job: ClaimedJob) -> FireResult:
+        return FireResult.permanent("HTTP 404")
+
+    worker = make_worker(store, clock, FakeTarget(gone))
+    await worker.run_once(0)
+    await settle(worker)
+    job = await status(store, p)
+    assert job.status is JobStatus.FAILED and job.attempt == 1
+
+
+async def test_timeout_is_retried(store: MemStore, clock: FakeClock) -> None:
+    p = await add_job(store, timeout=1)
+
+    async def slow(job: ClaimedJob) -> FireResult:
+        await asyncio.sleep(30)
+        return FireResult.success()
+
+    worker = make_worker(store, clock, FakeTarget(slow))
+    await worker.run_once(0)
+    await settle(worker)
+    job = await status(store, p)
+    assert job.status is JobStatus.SCHEDULED and "timed out" in (job.last_error or "")
+
+
+async def test_stale_worker_is_fenced(store: MemStore, clock: FakeClock) -> None:
+    p = await add_job(store)
+    gate = asyncio.Event()
+
+    async def held(job: ClaimedJob) -> FireResult:
+        if job.attempt == 1:
+            await gate.wait()  # the "GC pause": worker 1 is stuck in the firing
+        return FireResult.success()
+
+    target = FakeTarget(held)
+    w1 = make_worker(store, clock, target, "w1")
+    w2 = make_worker(store, clock, target, "w2")
+    await w1.run_once(0)
+    await asyncio.sleep(0)
+    clock.advance(31)  # past the lease
+    assert await Reaper(store).run_once(0) == 1
+    assert await w2.run_once(0) == 1
+    await settle(w2)
+    assert (await status(store, p)).status is JobStatus.SUCCEEDED
+    gate.set()  # worker 1 wakes up and tries to complete attempt 1
+    await settle(w1)
+    job = await status(store, p)
+    assert job.status is JobStatus.SUCCEEDED and job.attempt == 2
+    assert [(a.attempt, a.outcome) for a in job.attempts] == [(1, "LEASE_EXPIRED"), (2, "SUCCEEDED")]
+    assert target.calls[0][1] == 1 and target.calls[1][1] == 2
+
+
+async def test_lost_heartbeat_drops_job(store: MemStore, clock: FakeClock) -> None:
+    await add_job(store)
+    started = asyncio.Event()
+
+    async def long(job: ClaimedJob) -> FireResult:
+        started.set()
+        await asyncio.sleep(3600)
+        return FireResult.success()
+
+    w1 = make_worker(store, clock, FakeTarget(long))
+    await w1.run_once(0)
+    await started.wait()
+    clock.advance(31)
+    await Reaper(store).run_once(0)
+    assert await w1.heartbeat_once(0) == 1
+    assert w1.inflight_count == 0
+
+
+async def test_heartbeat_keeps_long_job(store: MemStore, clock: FakeClock) -> None:
+    p = await add_job(store, timeout=3600)
+    gate = asyncio.Event()
+
+    async def long(job: ClaimedJob) -> FireResult:
+        await gate.wait()
+        return FireResult.success()
+
+    w1 = make_worker(store, clock, FakeTarget(long))
+    await w1.run_once(0)
+    for _ in range(5):  # 5 x 20 s > the 30 s lease, kept alive by heartbeats
+        clock.advance(20)
+        assert await w1.heartbeat_once(0) == 0
+        assert await Reaper(store).run_once(0) == 0
+    gate.set()
+    await settle(w1)
+    assert (await status(store, p)).status is JobStatus.SUCCEEDED
+
+
+async def test_graceful_stop_releases_unfired_with_refund(store: MemStore, clock: FakeClock) -> None:
+    p = await add_job(store, run_at=T0 + timedelta(seconds=100), max_attempts=1)
+    worker = make_worker(store, clock, FakeTarget(), prefetch_seconds=200)
+    worker.start()
+    await asyncio.sleep(0.05)
+    assert worker.inflight_count == 1  # preloaded, waiting for its run_at
+    await worker.stop(grace=0)
+    job = await status(store, p)
+    assert job.status is JobStatus.SCHEDULED and job.max_attempts == 2
+
+
+async def test_patch_and_cancel_rules(store: MemStore, clock: FakeClock) -> None:
+    p = await add_job(store, run_at=T0 + timedelta(minutes=1))
+    moved = await store.reschedule_job(0, RescheduleParams(p.id, "svc", T0))
+    assert moved.run_at == T0
+    with pytest.raises(NotFound):
+        await store.cancel_job(0, CancelParams(p.id, "other"))
+    worker = make_worker(store, clock, FakeTarget(lambda job: asyncio.sleep(3600)))  # type: ignore[arg-type,return-value]
+    await worker.run_once(0)
+    with pytest.raises(Conflict):
+        await store.reschedule_job(0, RescheduleParams(p.id, "svc", T0))
+    with pytest.raises(Conflict):
+        await store.cancel_job(0, CancelParams(p.id, "svc"))
+    await worker.stop(grace=0)
+    cancelled = await store.cancel_job(0, CancelParams(p.id, "svc"))
+    assert cancelled.status is JobStatus.CANCELLED
+    with pytest.raises(Conflict):
+        await store.cancel_job(0, CancelParams(p.id, "svc"))
