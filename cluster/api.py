@@ -344,6 +344,9 @@ def create_app(
     async def metrics_endpoint() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    from cluster.cronapi import register_cron_routes
+
+    register_cron_routes(app, ctx, owner)
     if extra_routes is not None:
         extra_routes(app, ctx)
     return app

@@ -95,6 +95,17 @@ class Settings(BaseSettings):
     zk: str | None = Field(None, description="ZooKeeper connect string, optional /chroot.")
     zk_session_timeout: float = Field(10.0, gt=0)
 
+    # -- cron ------------------------------------------------------------------
+    cron_min_interval_seconds: float = Field(
+        60.0, ge=60, description="Refuse schedules that fire more often than this."
+    )
+    cron_lookahead_seconds: float = Field(60.0, gt=0, description="Materialize slots this far ahead.")
+    cron_misfire_threshold_seconds: float = Field(
+        60.0, ge=0, description="A slot later than this is a misfire (policy applies)."
+    )
+    cron_catchup_cap: int = Field(100, ge=0, description="RUN_ALL runs at most this many missed slots.")
+    materializer_interval: float = Field(5.0, gt=0)
+
     # -- housekeeping -------------------------------------------------------
     history_retention_days: int = Field(30, ge=1)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from cluster import metrics
 from cluster.coordination import Coordinator
@@ -102,12 +102,20 @@ class BacklogProbe:
         return stats.due
 
 
+class _Named(Protocol):
+    """Any object with a ``name`` and an async ``run_once(shard) -> int``."""
+
+    name: str
+
+    async def run_once(self, shard: int) -> int: ...
+
+
 class LeaderLoop:
     """Runs ``task.run_once(shard)`` every ``interval`` s for each led shard."""
 
     def __init__(
         self,
-        task: Reaper | Mover | Janitor | BacklogProbe | _Named,
+        task: _Named,
         coordinator: Coordinator,
         shard_count: int,
         interval: float,
@@ -140,10 +148,3 @@ class LeaderLoop:
                 await asyncio.wait_for(stopping.wait(), timeout=self.interval)
             except TimeoutError:
                 pass
-
-
-class _Named:
-    """Any object with a ``name`` and an async ``run_once(shard) -> int``."""
-
-    name: str
-    run_once: Callable[[int], Awaitable[int]]

@@ -216,7 +216,9 @@ class MemStore:
                 if row is None:
                     continue
                 written.add(res.lease.id)
-                outcome = "SUCCEEDED" if res.outcome is Outcome.SUCCEEDED else "ERROR"
+                outcome = {Outcome.SUCCEEDED: "SUCCEEDED", Outcome.SKIPPED: "SKIPPED"}.get(
+                    res.outcome, "ERROR"
+                )
                 self._log(
                     s,
                     res.lease.id,
@@ -231,7 +233,10 @@ class MemStore:
                     )
                     row.locked_by = row.lease_until = row.claimed_at = None
                 else:
-                    status = JobStatus.SUCCEEDED if res.outcome is Outcome.SUCCEEDED else JobStatus.FAILED
+                    status = {
+                        Outcome.SUCCEEDED: JobStatus.SUCCEEDED,
+                        Outcome.SKIPPED: JobStatus.SKIPPED,
+                    }.get(res.outcome, JobStatus.FAILED)
                     self._to_history(s, row, status, res.error, now)
             return written
 
@@ -302,6 +307,17 @@ class MemStore:
                     row.far = False
                     moved += 1
         return moved
+
+    async def revoke_replaced(self, shard: int, cron_id: uuid.UUID, keep: uuid.UUID) -> int:
+        s = self._shards[shard]
+        async with self._lock:
+            running = [
+                r for r in s.rows.values()
+                if r.job.cron_id == cron_id and r.job.status is JobStatus.RUNNING and r.job.id != keep
+            ]
+            for row in running:
+                self._to_history(s, row, JobStatus.CANCELLED, "replaced by a newer occurrence", self._now())
+            return len(running)
 
     async def worker_beat(self, shard: int, worker_id: str) -> None:
         return None

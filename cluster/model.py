@@ -39,9 +39,12 @@ class JobStatus(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    SKIPPED = "SKIPPED"
 
 
-TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+TERMINAL = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.SKIPPED}
+)
 
 
 class Outcome(StrEnum):
@@ -50,6 +53,7 @@ class Outcome(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     RETRY = "RETRY"  # failed, attempts left: back to SCHEDULED after a backoff
     FAILED = "FAILED"  # failed for good: no attempts left, or a permanent error
+    SKIPPED = "SKIPPED"  # not fired: a cron occurrence past its starting deadline
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,8 @@ class ClaimedJob:
     payload: Any
     lease_until: datetime
     cron_id: uuid.UUID | None = None
+    concurrency: str | None = None  # a cron occurrence's policy: ALLOW, FORBID, REPLACE
+    deadline_at: datetime | None = None  # a cron occurrence must start by then, or is skipped
 
     @property
     def lease(self) -> Lease:

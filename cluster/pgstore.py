@@ -296,6 +296,10 @@ class PgStore:
         rows = await self._fetch(shard, "backlog", {"now": now})
         return BacklogStats(due=rows[0]["due"], oldest_due_age_seconds=float(rows[0]["oldest_age"]))
 
+    async def revoke_replaced(self, shard: int, cron_id: uuid.UUID, keep: uuid.UUID) -> int:
+        rows = await self._fetch(shard, "revoke_replaced", {"cron_id": cron_id, "keep": keep})
+        return len(rows)
+
     async def schema_version(self, shard: int) -> int:
         rows = await self._fetch(shard, "schema_version", {})
         return int(rows[0]["version"])

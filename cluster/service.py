@@ -16,7 +16,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 import cluster
 from cluster.config import Settings
 from cluster.coordination import Coordinator, Member, StaticCoordinator
+from cluster.cronstore import PgCronStore
 from cluster.maintenance import BacklogProbe, Janitor, LeaderLoop, Mover, Reaper
+from cluster.materializer import Materializer
 from cluster.pgstore import PgStore
 from cluster.targets import Target
 from cluster.targets.http import HttpTarget
@@ -114,6 +116,17 @@ async def run_worker(settings: Settings) -> None:
         LeaderLoop(Mover(store, settings.far_horizon_seconds), coordinator, n, 5.0),
         LeaderLoop(Janitor(store, settings.history_retention_days), coordinator, n, 3600.0),
         LeaderLoop(BacklogProbe(store), coordinator, n, 5.0),
+        LeaderLoop(
+            Materializer(
+                PgCronStore(store),
+                lookahead_seconds=settings.cron_lookahead_seconds,
+                misfire_threshold_seconds=settings.cron_misfire_threshold_seconds,
+                catchup_cap=settings.cron_catchup_cap,
+            ),
+            coordinator,
+            n,
+            settings.materializer_interval,
+        ),
     ]
     loop_tasks = [asyncio.create_task(lp.run(stopping)) for lp in loops]
     worker.start()

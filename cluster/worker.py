@@ -46,6 +46,10 @@ __all__ = ["InFlight", "Worker", "default_worker_id"]
 log = logging.getLogger(__name__)
 
 
+def _cron_label(job: ClaimedJob) -> str:
+    return shardmap.encode_id("cron", job.cron_id) if job.cron_id else "-"
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -184,6 +188,16 @@ class Worker:
                     return
                 started = self.clock.now()
                 lateness = (started - job.run_at).total_seconds()
+                if job.deadline_at is not None and started > job.deadline_at:
+                    # A cron occurrence that can no longer start in time is
+                    # dropped and counted, not fired late.
+                    metrics.CRON_MISSED.labels(_cron_label(job), "starting_deadline").inc()
+                    self._shards[shard].results.put_nowait(
+                        self._result_for(entry, FireResult.skip("starting deadline passed"), started, lateness)
+                    )
+                    return
+                if job.concurrency == "REPLACE" and job.cron_id is not None:
+                    await self.store.revoke_replaced(shard, job.cron_id, job.id)
                 metrics.START_LATENESS.labels(str(shard), job.target_kind).observe(max(0.0, lateness))
                 entry.fired = True
                 if target is None:
@@ -213,6 +227,8 @@ class Worker:
         lease = job.lease
         if result.ok:
             outcome, delay = Outcome.SUCCEEDED, 0.0
+        elif result.skipped:
+            outcome, delay = Outcome.SKIPPED, 0.0
         elif result.retryable and job.attempt < job.max_attempts:
             kwargs = {"rand": self._rand} if self._rand else {}
             delay = backoff(

@@ -144,3 +144,22 @@ def job_params(
         fingerprint="fp" if key else None,
         far=far,
     )
+
+
+async def eventually(
+    condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1, what: str = "condition"
+) -> Any:
+    """Async ``wait_for``: ``condition`` may be a plain or an async callable."""
+    import asyncio
+    import inspect
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(interval)

@@ -114,7 +114,7 @@ UPDATE jobs j
   FROM due
  WHERE j.id = due.id
 RETURNING j.id, j.attempt, j.max_attempts, j.type, j.cron_id, j.scheduled_for, j.run_at,
-          j.timeout_seconds, j.target, j.payload, j.lease_until;
+          j.timeout_seconds, j.target, j.payload, j.lease_until, j.concurrency, j.deadline_at;
 
 -- name: heartbeat
 -- Extend the leases this worker still holds; a missing id was lost (fenced).
@@ -127,10 +127,11 @@ RETURNING j.id;
 
 -- name: finish_jobs
 -- Record a batch of attempt outcomes in one statement, each fenced by its
--- attempt: SUCCEEDED and FAILED rows move to history, RETRY rows go back to
--- SCHEDULED at now + delay. Only rows still held by that attempt are touched,
--- and only those get an attempt-log row; the ids returned are the writes that
--- counted.
+-- attempt: SUCCEEDED, FAILED and SKIPPED rows move to history, RETRY rows go
+-- back to SCHEDULED at now + delay. Only rows still held by that attempt are
+-- touched, and only those get an attempt-log row; the ids returned are the
+-- writes that counted. A succeeded cron occurrence stamps its cron's
+-- last_success_at (the "silent cron" alarm reads it).
 WITH v AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(outcomes)s::text[],
                          %(errors)s::text[], %(delays)s::float8[], %(started)s::timestamptz[],
@@ -140,7 +141,7 @@ WITH v AS (
 moved AS (
     DELETE FROM jobs j USING v
      WHERE j.id = v.id AND j.status = 'RUNNING' AND j.attempt = v.attempt
-       AND v.outcome IN ('SUCCEEDED', 'FAILED')
+       AND v.outcome IN ('SUCCEEDED', 'FAILED', 'SKIPPED')
     RETURNING j.*, v.outcome, v.error AS new_error
 ),
 retried AS (
@@ -174,6 +175,12 @@ log AS (
            CASE v.outcome WHEN 'RETRY' THEN 'ERROR' WHEN 'FAILED' THEN 'ERROR' ELSE v.outcome END,
            v.error, v.lateness
       FROM v JOIN done ON done.id = v.id AND done.attempt = v.attempt
+),
+cron_success AS (
+    UPDATE cron_jobs c SET last_success_at = coalesce(%(now)s, now())
+      FROM (SELECT DISTINCT cron_id FROM moved
+             WHERE outcome = 'SUCCEEDED' AND cron_id IS NOT NULL) m
+     WHERE c.id = m.cron_id
 )
 SELECT id FROM done;
 
@@ -303,3 +310,148 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 
 -- name: record_migration
 INSERT INTO schema_migrations (version, name) VALUES (%(version)s, %(name)s);
+
+-- ---------------------------------------------------------------------------
+-- Cron definitions and occurrences
+-- ---------------------------------------------------------------------------
+
+-- name: insert_cron
+INSERT INTO cron_jobs (id, owner_service, name, schedule, schedule_kind, time_zone, type,
+                       target_kind, target, payload, misfire_policy, concurrency, jitter_seconds,
+                       max_attempts, timeout_seconds, starting_deadline_seconds, enabled, anchor,
+                       next_fire_at, fingerprint)
+VALUES (%(id)s, %(owner)s, %(name)s, %(schedule)s, %(schedule_kind)s, %(time_zone)s, %(type)s,
+        %(target_kind)s, %(target)s, %(payload)s, %(misfire_policy)s, %(concurrency)s,
+        %(jitter_seconds)s, %(max_attempts)s, %(timeout_seconds)s, %(starting_deadline_seconds)s,
+        %(enabled)s, %(anchor)s, %(next_fire_at)s, %(fingerprint)s)
+ON CONFLICT (owner_service, name) DO NOTHING
+RETURNING *;
+
+-- name: get_cron_by_name
+SELECT * FROM cron_jobs WHERE owner_service = %(owner)s AND name = %(name)s;
+
+-- name: get_cron
+SELECT * FROM cron_jobs WHERE id = %(id)s AND owner_service = %(owner)s;
+
+-- name: list_crons
+SELECT * FROM cron_jobs
+ WHERE owner_service = %(owner)s AND name > %(after)s
+ ORDER BY name
+ LIMIT %(limit)s;
+
+-- name: update_cron
+UPDATE cron_jobs
+   SET schedule = %(schedule)s, schedule_kind = %(schedule_kind)s, time_zone = %(time_zone)s,
+       type = %(type)s, target_kind = %(target_kind)s, target = %(target)s, payload = %(payload)s,
+       misfire_policy = %(misfire_policy)s, concurrency = %(concurrency)s,
+       jitter_seconds = %(jitter_seconds)s, max_attempts = %(max_attempts)s,
+       timeout_seconds = %(timeout_seconds)s,
+       starting_deadline_seconds = %(starting_deadline_seconds)s, enabled = %(enabled)s,
+       anchor = %(anchor)s, next_fire_at = %(next_fire_at)s, fingerprint = %(fingerprint)s,
+       updated_at = now()
+ WHERE id = %(id)s AND owner_service = %(owner)s
+RETURNING *;
+
+-- name: delete_cron
+DELETE FROM cron_jobs WHERE id = %(id)s AND owner_service = %(owner)s RETURNING id;
+
+-- name: cancel_cron_occurrences
+-- Deleting a cron cancels its occurrences that have not started; running
+-- ones finish.
+WITH gone AS (
+    DELETE FROM jobs WHERE cron_id = %(id)s AND status = 'SCHEDULED' RETURNING *
+)
+INSERT INTO job_history (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+                         status, attempt, max_attempts, timeout_seconds, target_kind, target,
+                         payload, last_error, created_at, finished_at)
+SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, 'CANCELLED',
+       attempt, max_attempts, timeout_seconds, target_kind, target, payload,
+       'cron job deleted', created_at, now()
+  FROM gone
+RETURNING id;
+
+-- name: due_crons
+SELECT * FROM cron_jobs
+ WHERE enabled AND next_fire_at <= coalesce(%(now)s, now()) + make_interval(secs => %(lookahead)s)
+ ORDER BY next_fire_at
+ LIMIT %(limit)s;
+
+-- name: waiting_fixed_delay_crons
+SELECT * FROM cron_jobs
+ WHERE enabled AND next_fire_at IS NULL AND schedule_kind = 'FIXED_DELAY'
+ LIMIT %(limit)s;
+
+-- name: cron_pending
+-- Occurrences of a cron still in the hot table (SCHEDULED or RUNNING), and
+-- when its latest occurrence finished.
+SELECT (SELECT count(*) FROM jobs WHERE cron_id = %(id)s) AS pending,
+       (SELECT count(*) FROM jobs WHERE cron_id = %(id)s AND status = 'RUNNING') AS running,
+       (SELECT max(finished_at) FROM job_history WHERE cron_id = %(id)s) AS last_finished;
+
+-- name: insert_occurrences
+-- The ledger row first: an occurrence that exists already (another
+-- materializer, or one that ran and moved to history) inserts nothing.
+WITH v AS (
+    SELECT * FROM unnest(%(job_ids)s::uuid[], %(scheduled)s::timestamptz[],
+                         %(run_at)s::timestamptz[], %(deadline)s::timestamptz[])
+           AS v(job_id, scheduled_for, run_at, deadline_at)
+),
+occ AS (
+    INSERT INTO cron_occurrences (cron_id, scheduled_for, job_id)
+    SELECT %(cron_id)s, scheduled_for, job_id FROM v
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
+)
+INSERT INTO jobs (id, owner_service, type, cron_id, scheduled_for, run_at, max_attempts,
+                  timeout_seconds, target_kind, target, payload, concurrency, deadline_at)
+SELECT v.job_id, c.owner_service, c.type, c.id, v.scheduled_for, v.run_at, c.max_attempts,
+       c.timeout_seconds, c.target_kind, c.target, c.payload, c.concurrency, v.deadline_at
+  FROM v JOIN occ USING (job_id) CROSS JOIN cron_jobs c
+ WHERE c.id = %(cron_id)s
+RETURNING id, scheduled_for;
+
+-- name: advance_cron
+-- Compare-and-set: only the materializer that read this next_fire_at moves it.
+UPDATE cron_jobs
+   SET next_fire_at = %(next)s,
+       last_fire_at = CASE WHEN %(last_fire)s::timestamptz IS NULL THEN last_fire_at
+                           ELSE greatest(last_fire_at, %(last_fire)s::timestamptz) END,
+       missed_count = missed_count + %(missed)s,
+       skipped_count = skipped_count + %(skipped)s
+ WHERE id = %(id)s AND next_fire_at IS NOT DISTINCT FROM %(expected)s
+RETURNING id;
+
+-- name: revoke_replaced
+-- REPLACE: a newer occurrence starts, the running ones are revoked. Moving
+-- them to history makes their heartbeat and completion match no row (fenced).
+WITH gone AS (
+    DELETE FROM jobs
+     WHERE cron_id = %(cron_id)s AND status = 'RUNNING' AND id <> %(keep)s
+    RETURNING *
+)
+INSERT INTO job_history (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+                         status, attempt, max_attempts, timeout_seconds, target_kind, target,
+                         payload, last_error, created_at, finished_at)
+SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, 'CANCELLED',
+       attempt, max_attempts, timeout_seconds, target_kind, target, payload,
+       'replaced by a newer occurrence (concurrency REPLACE)', created_at, now()
+  FROM gone
+RETURNING id;
+
+-- name: cron_runs
+SELECT r.id, r.scheduled_for, r.run_at, r.status, r.attempt, r.last_error, r.finished_at,
+       (SELECT a.lateness_seconds FROM job_attempts a
+         WHERE a.job_id = r.id AND a.lateness_seconds IS NOT NULL
+         ORDER BY a.attempt LIMIT 1) AS lateness_seconds
+  FROM (
+    SELECT id, scheduled_for, run_at, status, attempt, last_error, NULL::timestamptz AS finished_at
+      FROM jobs WHERE cron_id = %(id)s
+    UNION ALL
+    SELECT id, scheduled_for, run_at, status, attempt, last_error, finished_at
+      FROM job_history WHERE cron_id = %(id)s
+  ) r
+ ORDER BY r.scheduled_for DESC
+ LIMIT %(limit)s;
+
+-- name: cron_last_success
+SELECT id, last_success_at FROM cron_jobs WHERE last_success_at IS NOT NULL;

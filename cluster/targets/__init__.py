@@ -20,6 +20,7 @@ class FireResult:
     ok: bool
     retryable: bool = True
     error: str | None = None
+    skipped: bool = False  # not fired at all (a cron occurrence past its deadline)
 
     @classmethod
     def success(cls) -> FireResult:
@@ -32,6 +33,10 @@ class FireResult:
     @classmethod
     def permanent(cls, error: str) -> FireResult:
         return cls(ok=False, retryable=False, error=error)
+
+    @classmethod
+    def skip(cls, error: str) -> FireResult:
+        return cls(ok=False, retryable=False, error=error, skipped=True)
 
 
 class Target(Protocol):
