@@ -207,3 +207,43 @@ async def test_janitor_makes_and_drops_day_partitions(store: PgStore) -> None:
     assert result.dropped_partitions and all(
         n[-8:] < (today - timedelta(days=30)).strftime("%Y%m%d") for n in result.dropped_partitions
     )
+
+
+async def test_jobs_are_found_while_the_mover_runs(store: PgStore) -> None:
+    """GET, PATCH and DELETE see one job wherever it lives, mid-move too."""
+    base = datetime.now(UTC) + timedelta(hours=2)
+    params = [job_params(URL, run_at=base + timedelta(seconds=i), far=True) for i in range(600)]
+    for p in params:
+        await store.create_job(shard_of(p), p)
+    stop = asyncio.Event()
+
+    async def mover() -> int:
+        moved = 0
+        for shard in (0, 1):
+            while n := await store.move_far_jobs(shard, horizon_seconds=3 * 3600, limit=20):
+                moved += n
+                await asyncio.sleep(0)
+        stop.set()
+        return moved
+
+    async def reader() -> int:
+        reads = 0
+        while not stop.is_set():
+            for p in params[reads % 600 :: 37]:
+                rec = await store.get_job(shard_of(p), GetJobParams(p.id, "svc", with_attempts=False))
+                assert rec is not None and rec.status is JobStatus.SCHEDULED, p.id
+                reads += 1
+        return reads
+
+    async def patcher() -> int:
+        patched = 0
+        while not stop.is_set():
+            p = params[patched % 600]
+            await store.reschedule_job(shard_of(p), RescheduleParams(p.id, "svc", p.run_at))
+            patched += 1
+        return patched
+
+    moved, reads, patched = await asyncio.gather(mover(), reader(), patcher())
+    assert moved == 600 and reads > 0 and patched > 0
+    for p in params[:50]:
+        await store.cancel_job(shard_of(p), CancelParams(p.id, "svc"))

@@ -1,0 +1,75 @@
+"""Per-target limits: the concurrency cap holds and the waiting is counted."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from prometheus_client import REGISTRY
+
+from cluster.limits import Limit, TargetLimiter
+
+
+def waiting(key: str) -> float:
+    return REGISTRY.get_sample_value("vakit_target_waiting_jobs", {"target": key}) or 0.0
+
+
+async def test_concurrency_cap_is_never_exceeded() -> None:
+    limiter = TargetLimiter({"hooks.example.com": Limit(concurrency=3, rate=None)})
+    running = peak = 0
+    seen_waiting = 0.0
+
+    async def job() -> None:
+        nonlocal running, peak, seen_waiting
+        async with limiter.slot("hooks.example.com"):
+            running += 1
+            peak = max(peak, running)
+            seen_waiting = max(seen_waiting, waiting("hooks.example.com"))
+            await asyncio.sleep(0.01)
+            running -= 1
+
+    await asyncio.gather(*(job() for _ in range(30)))
+    assert peak == 3
+    assert seen_waiting > 0  # jobs over the cap waited, visibly
+    assert waiting("hooks.example.com") == 0
+
+
+async def test_rate_limit_spaces_firings() -> None:
+    limiter = TargetLimiter({"kafka:orders": Limit(concurrency=None, rate=50.0)})
+    stamps: list[float] = []
+
+    async def job() -> None:
+        async with limiter.slot("kafka:orders"):
+            stamps.append(time.monotonic())
+
+    await asyncio.gather(*(job() for _ in range(60)))
+    # A burst of 50, then the rest at 50/s: the 60th cannot come before ~0.2 s.
+    assert stamps[-1] - stamps[0] >= 0.15
+
+
+async def test_unlimited_targets_pass_through() -> None:
+    limiter = TargetLimiter({})
+    async with limiter.slot("anything"):
+        pass
+
+
+async def test_cancelled_waiter_releases_nothing_it_did_not_take() -> None:
+    limiter = TargetLimiter({"h": Limit(concurrency=1, rate=None)})
+    gate = asyncio.Event()
+
+    async def holder() -> None:
+        async with limiter.slot("h"):
+            await gate.wait()
+
+    first = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    second = asyncio.create_task(holder())
+    await asyncio.sleep(0.01)
+    second.cancel()
+    gate.set()
+    await first
+    await asyncio.gather(second, return_exceptions=True)
+    # The slot is free again exactly once: a new job gets it at once.
+    async with asyncio.timeout(1):
+        async with limiter.slot("h"):
+            pass
