@@ -383,7 +383,10 @@ class Worker:
         loop = asyncio.get_running_loop()
         # Ownership changes arrive on the coordinator's threads: poll newly
         # owned shards at once rather than at the next poll interval.
-        self.coordinator.add_listener(lambda: loop.call_soon_threadsafe(self._wake_all))
+        def on_change() -> None:
+            loop.call_soon_threadsafe(self._wake_all)
+
+        self.coordinator.add_listener(on_change)
         for shard in self._shards:
             self._tasks.append(asyncio.create_task(self._claim_loop(shard), name=f"claim-{shard}"))
             self._tasks.append(
