@@ -39,8 +39,11 @@ def main() -> None:
 @click.option("--data-dir", default=".vakit", show_default=True, type=click.Path(file_okay=False))
 @click.option("--api-port", default=8080, show_default=True, help="0 picks a free port.")
 @click.option("--zookeeper/--no-zookeeper", default=True, show_default=True)
+@click.option("--kafka/--no-kafka", default=True, show_default=True, help="A local Kafka-compatible broker.")
 @click.option("--demo", is_flag=True, help="Create a few jobs against a local target and show them fire.")
-def up(shards: int, workers: int, data_dir: str, api_port: int, zookeeper: bool, demo: bool) -> None:
+def up(
+    shards: int, workers: int, data_dir: str, api_port: int, zookeeper: bool, kafka: bool, demo: bool
+) -> None:
     """Run a whole local cluster in the foreground (Ctrl-C stops it all)."""
     from cluster.localcluster import LocalCluster, _port_free, run_foreground
 
@@ -48,7 +51,12 @@ def up(shards: int, workers: int, data_dir: str, api_port: int, zookeeper: bool,
         click.echo(f"port {api_port} is taken; picking a free one", err=True)
         api_port = 0
     cluster = LocalCluster(
-        Path(data_dir), shards=shards, workers=workers, api_port=api_port, zookeeper=zookeeper
+        Path(data_dir),
+        shards=shards,
+        workers=workers,
+        api_port=api_port,
+        zookeeper=zookeeper,
+        kafka=kafka,
     )
     sys.exit(run_foreground(cluster, demo))
 

@@ -45,12 +45,14 @@ class LocalCluster:
     workers: int = 2
     api_port: int = 0
     zookeeper: bool = True
+    kafka: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
     durable: bool = True
     quiet: bool = False
 
     pg: list[PgServer] = field(default_factory=list, init=False)
     zk: Any = field(default=None, init=False)
+    broker: Any = field(default=None, init=False)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list, init=False)
     token: str = field(default="", init=False)
     state: dict[str, Any] = field(default_factory=dict, init=False)
@@ -109,6 +111,17 @@ class LocalCluster:
             self.say("starting ZooKeeper")
             self.zk.start()
             env["VAKIT_ZK"] = self.zk.connect_string + "/vakit"
+        if self.kafka:
+            from cluster.kafkaserver import TansuBroker, TansuNotFound
+
+            try:
+                self.broker = TansuBroker(self.data_dir / "kafka")
+                self.say("starting a Kafka-compatible broker (Tansu, in memory)")
+                self.broker.start()
+                env["VAKIT_KAFKA_BOOTSTRAP"] = self.broker.bootstrap
+            except TansuNotFound as exc:
+                self.say(f"no Kafka broker: {exc} (KAFKA targets disabled)")
+                self.broker = None
         if not self.api_port:
             self.api_port = find_free_port()
         self._spawn("api", {**env, "VAKIT_API_PORT": str(self.api_port)})
@@ -173,6 +186,9 @@ class LocalCluster:
                 proc.kill()
                 proc.wait()
         self.procs.clear()
+        if self.broker is not None:
+            self.broker.kill()  # in-memory: nothing to flush
+            self.broker = None
         if self.zk is not None:
             self.zk.stop()
             self.zk = None
@@ -199,6 +215,7 @@ def run_foreground(cluster: LocalCluster, demo: bool) -> int:
             f"  token:     {cluster.token}   (owner service 'demo')\n"
             f"  shards:    {', '.join(cluster.dsns)}\n"
             f"  ZooKeeper: {cluster.zk.connect_string if cluster.zk else 'off'}\n"
+            f"  Kafka:     {cluster.broker.bootstrap if cluster.broker else 'off'}\n"
             f"  data:      {cluster.data_dir}   (logs in {cluster.data_dir / 'logs'})\n"
             f"\n  curl -H 'Authorization: Bearer {cluster.token}' {cluster.api_url}/api/v1/cluster\n"
             "\nCtrl-C stops everything.\n",
