@@ -12,12 +12,14 @@ ZK_JAR := /usr/share/java/zookeeper.jar
 
 setup: os-deps $(STAMP)
 
-# PostgreSQL 15 and Java come with the machine; ZooKeeper does not.
+# PostgreSQL 15 and Java come with the machine; ZooKeeper and promtool (which
+# checks ops/prometheus in the tests) do not.
 os-deps:
-	@if [ ! -x $(PG_BIN)/initdb ] || [ ! -f $(ZK_JAR) ] || ! command -v java >/dev/null; then \
-	  echo "installing OS packages (postgresql-15, zookeeper, java)"; \
+	@if [ ! -x $(PG_BIN)/initdb ] || [ ! -f $(ZK_JAR) ] || ! command -v java >/dev/null \
+	    || ! command -v promtool >/dev/null; then \
+	  echo "installing OS packages (postgresql-15, zookeeper, java, promtool)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    postgresql-15 zookeeper default-jre-headless >/dev/null; \
+	    --no-install-recommends postgresql-15 zookeeper default-jre-headless prometheus >/dev/null; \
 	fi
 
 $(STAMP): pyproject.toml

@@ -69,7 +69,10 @@ class StaticCoordinator:
         self._shards = frozenset(range(shard_count))
 
     def start(self) -> None:
-        return None
+        from cluster import metrics
+
+        metrics.SHARDS_OWNED.set(len(self._shards))
+        metrics.SHARDS_LED.set(len(self._shards))
 
     def stop(self) -> None:
         return None

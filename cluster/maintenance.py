@@ -88,9 +88,13 @@ class Janitor:
 
 
 class BacklogProbe:
-    """Due-but-unclaimed jobs per shard, as gauges (the on-call's first look)."""
+    """Due-but-unclaimed jobs per shard, as gauges (the on-call's first look).
+
+    Run by every owner of a shard, not only its leader, so the figures keep
+    moving while ZooKeeper is away; dashboards take the max over owners."""
 
     name = "backlog"
+    owners_too = True
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -130,7 +134,10 @@ class LeaderLoop:
         for shard in range(self.shard_count):
             # Checked per shard, right before the work: a SUSPENDED session
             # stops leader-only work at once.
-            if not self.coordinator.is_leader(shard):
+            if getattr(self.task, "owners_too", False):
+                if shard not in self.coordinator.owned_shards():
+                    continue
+            elif not self.coordinator.is_leader(shard):
                 continue
             try:
                 total += await self.task.run_once(shard)
