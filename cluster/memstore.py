@@ -241,7 +241,11 @@ class MemStore:
             return written
 
     async def release_jobs(
-        self, shard: int, leases: list[Lease], refunds: list[bool] | None = None
+        self,
+        shard: int,
+        leases: list[Lease],
+        refunds: list[bool] | None = None,
+        worker: str | None = None,
     ) -> set[uuid.UUID]:
         s = self._shards[shard]
         refunds = refunds or [False] * len(leases)

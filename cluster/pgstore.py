@@ -45,8 +45,20 @@ __all__ = ["PgStore"]
 
 log = logging.getLogger(__name__)
 
-# Errors that mean "the shard is not there right now", as opposed to a bug.
-_UNAVAILABLE = (psycopg.OperationalError, PoolTimeout, psycopg.errors.AdminShutdown)
+# Errors that mean "the shard cannot serve us right now", as opposed to a bug:
+# connection failures and shutdowns, a pool with no connection to give, and a
+# shard that refuses writes (a standby after failover, a read-only database).
+_UNAVAILABLE = (psycopg.OperationalError, PoolTimeout, psycopg.errors.ReadOnlySqlTransaction)
+# SQLSTATE classes of the same kind: connection exception, insufficient
+# resources, operator intervention (shutdown, cancel, cannot connect now).
+_UNAVAILABLE_CLASSES = ("08", "53", "57")
+
+
+def _unavailable(exc: BaseException) -> bool:
+    if isinstance(exc, _UNAVAILABLE):
+        return True
+    state = getattr(exc, "sqlstate", None) or ""
+    return isinstance(exc, psycopg.Error) and state[:2] in _UNAVAILABLE_CLASSES
 
 
 class PgStore:
@@ -73,7 +85,10 @@ class PgStore:
                 # A connection that died with its server (restart, failover)
                 # is noticed before use, not by the statement that needs it.
                 check=AsyncConnectionPool.check_connection,
-                reconnect_timeout=0,  # keep trying: a shard down is not a reason to give up
+                # The background refill gives up after a minute; connections
+                # are still made on demand, so a shard that comes back later
+                # is used again.
+                reconnect_timeout=60,
                 kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
             )
             for i, dsn in enumerate(dsns)
@@ -98,10 +113,12 @@ class PgStore:
                 yield conn
         except VakitError:
             raise
-        except _UNAVAILABLE as exc:
-            raise ShardUnavailable(
-                f"shard {shard} is unavailable: {type(exc).__name__}", shard=shard
-            ) from exc
+        except Exception as exc:
+            if _unavailable(exc):
+                raise ShardUnavailable(
+                    f"shard {shard} is unavailable: {type(exc).__name__}", shard=shard
+                ) from exc
+            raise
 
     async def _fetch(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         async with self._conn(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
@@ -267,7 +284,11 @@ class PgStore:
         return {r["id"] for r in rows}
 
     async def release_jobs(
-        self, shard: int, leases: list[Lease], refunds: list[bool] | None = None
+        self,
+        shard: int,
+        leases: list[Lease],
+        refunds: list[bool] | None = None,
+        worker: str | None = None,
     ) -> set[uuid.UUID]:
         rows = await self._fetch(
             shard,
@@ -276,6 +297,7 @@ class PgStore:
                 "ids": [x.id for x in leases],
                 "attempts": [x.attempt for x in leases],
                 "refunds": refunds if refunds is not None else [False] * len(leases),
+                "worker": worker,
             },
         )
         return {r["id"] for r in rows}

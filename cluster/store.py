@@ -65,7 +65,11 @@ class Store(Protocol):
         ...
 
     async def release_jobs(
-        self, shard: int, leases: list[Lease], refunds: list[bool] | None = None
+        self,
+        shard: int,
+        leases: list[Lease],
+        refunds: list[bool] | None = None,
+        worker: str | None = None,
     ) -> set[uuid.UUID]:
         """Give back RUNNING jobs this worker holds; ``refunds`` marks the ones
         never fired, whose attempt does not count against ``max_attempts``."""

@@ -17,10 +17,12 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import shardmap
 from cluster import metrics
@@ -42,6 +44,9 @@ from cluster.store import Store
 from cluster.targets import FireResult, Target
 
 __all__ = ["InFlight", "Worker", "default_worker_id"]
+
+# Queued by stop() after the last outcome: the completer ends once it gets here.
+_DRAINED: Any = object()
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +72,7 @@ class InFlight:
 @dataclass
 class _ShardState:
     inflight: dict[uuid.UUID, InFlight] = field(default_factory=dict)
-    results: asyncio.Queue[JobResult] = field(default_factory=asyncio.Queue)
+    results: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)  # JobResult or _DRAINED
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -94,6 +99,7 @@ class Worker:
         self._shards = {i: _ShardState() for i in range(store.shard_count)}
         self._capacity = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._stop_deadline = float("inf")
         self.polling = asyncio.Event()  # set once every claim loop has polled once
         self._polled: set[int] = set()
         self._tasks: list[asyncio.Task[None]] = []
@@ -146,6 +152,11 @@ class Worker:
                 except ShardUnavailable as exc:
                     delay = min(delay * 2, 5.0)
                     log.warning("claim failed: %s", exc, extra={"shard": shard})
+                except Exception:
+                    # A loop that dies leaves its shard unpolled for the life of
+                    # the process: log, back off, go on.
+                    delay = min(delay * 2, 5.0)
+                    log.exception("claim loop error", extra={"shard": shard})
             if claimed >= self.settings.claim_batch:
                 continue  # more may be due: claim again without waiting
             if self.inflight_count >= self.settings.max_inflight:
@@ -252,27 +263,43 @@ class Worker:
 
     # -- complete ------------------------------------------------------------------
 
+    def _take_batch(self, state: _ShardState, first: JobResult | None) -> tuple[list[JobResult], bool]:
+        """Up to a batch of queued outcomes; True when the drained marker was met."""
+        batch = [first] if first is not None else []
+        while len(batch) < self.settings.complete_batch and not state.results.empty():
+            item = state.results.get_nowait()
+            if item is _DRAINED:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
     async def flush_once(self, shard: int, wait: bool = True) -> int:
         """Write one batch of outcomes for ``shard``; returns how many were written."""
         state = self._shards[shard]
-        batch: list[JobResult] = []
-        if wait:
-            batch.append(await state.results.get())
-            if self.settings.complete_linger:
-                await asyncio.sleep(self.settings.complete_linger)
-        while len(batch) < self.settings.complete_batch and not state.results.empty():
-            batch.append(state.results.get_nowait())
+        first = await state.results.get() if wait else None
+        batch, _ = self._take_batch(state, first)
+        return await self._write(shard, batch)
+
+    async def _write(self, shard: int, batch: list[JobResult]) -> int:
+        state = self._shards[shard]
         if not batch:
             return 0
+        delay = 0.5
         while True:
             try:
                 written = await self.store.finish_jobs(shard, FinishParams(tuple(batch)))
                 break
             except ShardUnavailable as exc:
+                if self._stopping.is_set() and time.monotonic() > self._stop_deadline:
+                    # Stopping, and the shard is still away: give up. The
+                    # leases expire and the jobs run again (at least once).
+                    log.warning("completion abandoned at stop: %s", exc, extra={"shard": shard})
+                    return 0
                 # Keep the outcomes and try again; if the lease runs out first
                 # the write is fenced and the job runs again (at least once).
                 log.warning("completion failed, retrying: %s", exc, extra={"shard": shard})
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
         for res in batch:
             entry = state.inflight.pop(res.lease.id, None)
             kind = entry.job.target_kind if entry else "?"
@@ -294,8 +321,22 @@ class Worker:
         return len(written)
 
     async def _complete_loop(self, shard: int) -> None:
+        """Write outcomes until stop() queues the drained marker; everything
+        queued before it is written, nothing is cancelled mid-batch."""
+        state = self._shards[shard]
         while True:
-            await self.flush_once(shard)
+            first = await state.results.get()
+            if first is _DRAINED:
+                return
+            if self.settings.complete_linger:
+                await asyncio.sleep(self.settings.complete_linger)
+            batch, drained = self._take_batch(state, first)
+            try:
+                await self._write(shard, batch)
+            except Exception:
+                log.exception("completion error", extra={"shard": shard})
+            if drained:
+                return
 
     # -- heartbeat -------------------------------------------------------------------
 
@@ -348,13 +389,22 @@ class Worker:
             entry.task.cancel()
         self._capacity.set()
 
+    async def _heartbeat_shard(self, shard: int) -> None:
+        try:
+            # Bounded, and one task per shard: a shard that hangs must not
+            # hold back the heartbeats (and so the leases) of the others.
+            async with asyncio.timeout(self.settings.heartbeat_every * 2):
+                await self.heartbeat_once(shard)
+        except VakitError as exc:
+            log.warning("heartbeat failed: %s", exc, extra={"shard": shard})
+        except TimeoutError:
+            log.warning("heartbeat timed out", extra={"shard": shard})
+        except Exception:
+            log.exception("heartbeat error", extra={"shard": shard})
+
     async def _heartbeat_loop(self) -> None:
         while not self._stopping.is_set():
-            for shard in self._shards:
-                try:
-                    await self.heartbeat_once(shard)
-                except VakitError as exc:
-                    log.warning("heartbeat failed: %s", exc, extra={"shard": shard})
+            await asyncio.gather(*(self._heartbeat_shard(s) for s in self._shards))
             await self._sleep(self.settings.heartbeat_every)
 
     async def _beat_loop(self) -> None:
@@ -363,8 +413,8 @@ class Worker:
             for shard in sorted(self.coordinator.owned_shards()):
                 try:
                     await self.store.worker_beat(shard, self.worker_id)
-                except VakitError:
-                    pass
+                except Exception as exc:  # readiness only; never worth dying for
+                    log.debug("beat failed: %s", exc, extra={"shard": shard})
             await self._sleep(5.0)
 
     async def _sleep(self, seconds: float) -> None:
@@ -397,8 +447,10 @@ class Worker:
 
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: no new claims; in-flight jobs finish within ``grace``
-        seconds, the rest are released (never-fired ones with a refund)."""
+        seconds, the rest are released (never-fired ones with a refund), and
+        every outcome produced is written before the completers end."""
         grace = self.settings.stop_grace_seconds if grace is None else grace
+        self._stop_deadline = time.monotonic() + grace + self.settings.connect_timeout
         self._stopping.set()
         pending = [e.task for s in self._shards.values() for e in s.inflight.values() if e.task]
         if pending:
@@ -410,23 +462,29 @@ class Worker:
                 assert entry.task is not None
                 entry.task.cancel()
             if unfinished:
+                await asyncio.gather(*(e.task for e in unfinished if e.task), return_exceptions=True)
                 try:
                     await self.store.release_jobs(
-                        shard, [e.job.lease for e in unfinished], [not e.fired for e in unfinished]
+                        shard,
+                        [e.job.lease for e in unfinished],
+                        [not e.fired for e in unfinished],
+                        self.worker_id,
                     )
-                except VakitError as exc:
+                except Exception as exc:
                     log.warning("release failed (leases will expire): %s", exc, extra={"shard": shard})
                 for entry in unfinished:
                     state.inflight.pop(entry.job.id, None)
-        # Write what finished.
-        for shard, state in self._shards.items():
-            while not state.results.empty():
-                try:
-                    await self.flush_once(shard, wait=False)
-                except VakitError as exc:
-                    log.warning("final completion failed: %s", exc, extra={"shard": shard})
-                    break
-        for task in self._tasks:
+        # Let each completer write everything queued so far, then end.
+        for state in self._shards.values():
+            state.results.put_nowait(_DRAINED)
+        completers = [t for t in self._tasks if t.get_name().startswith("complete-")]
+        others = [t for t in self._tasks if t not in completers]
+        for task in others:
             task.cancel()
+        if completers:
+            budget = max(1.0, self._stop_deadline - time.monotonic() + 5.0)
+            done, late = await asyncio.wait(completers, timeout=budget)
+            for task in late:
+                task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()

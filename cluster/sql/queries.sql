@@ -188,13 +188,25 @@ SELECT id FROM done;
 -- A stopping worker gives back jobs it claimed. The attempt keeps its value
 -- (the fencing token never goes back); a job that was never fired gets its
 -- attempt refunded through max_attempts, so a restart does not use up the
--- job's budget.
-UPDATE jobs j
-   SET status = 'SCHEDULED', locked_by = NULL, lease_until = NULL, claimed_at = NULL,
-       max_attempts = least(j.max_attempts + CASE WHEN v.refund THEN 1 ELSE 0 END, 100)
-  FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(refunds)s::bool[]) AS v(id, attempt, refund)
- WHERE j.id = v.id AND j.status = 'RUNNING' AND j.attempt = v.attempt
-RETURNING j.id;
+-- job's budget. A fired attempt is logged as RELEASED.
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(refunds)s::bool[])
+           AS v(id, attempt, refund)
+),
+released AS (
+    UPDATE jobs j
+       SET status = 'SCHEDULED', locked_by = NULL, lease_until = NULL, claimed_at = NULL,
+           max_attempts = least(j.max_attempts + CASE WHEN v.refund THEN 1 ELSE 0 END, 100)
+      FROM v
+     WHERE j.id = v.id AND j.status = 'RUNNING' AND j.attempt = v.attempt
+    RETURNING j.id, j.attempt, v.refund, %(worker)s::text AS worker
+),
+log AS (
+    INSERT INTO job_attempts (job_id, attempt, worker, finished_at, outcome, error)
+    SELECT id, attempt, worker, now(), 'RELEASED', 'worker stopped before the attempt finished'
+      FROM released WHERE NOT refund
+)
+SELECT id FROM released;
 
 -- name: reap_expired
 -- Leases that ran out: the worker died or stalled. Back to SCHEDULED when

@@ -1,0 +1,897 @@
+"""ZooKeeper coordination: membership, shard ownership and per-shard leadership.
+
+Layout under ``root`` (itself inside the connect string's chroot, if any)::
+
+    {root}/members/{member_id}                 ephemeral; JSON {id, host, pid, version, startedAt}
+    {root}/shards/{i}/leader/{tag}__lock__{n}  ephemeral sequential; data = the member id
+
+**Ownership** is a pure function of the live member ids (:func:`assign_shards`),
+so every worker computes the same map from the same member list and no lock
+protocol is needed: ownership is only a hint (DESIGN.md, invariant 7).
+
+**Leadership** of shard ``i``: its current owners each keep one ephemeral
+sequential node under ``{root}/shards/{i}/leader``; the lowest sequence leads.
+The nodes have the shape of kazoo's ``Lock`` recipe (``…__lock__<seq>``, the
+member id as data), so ``Lock.contenders()`` and ``zkCli`` read them as a lock.
+We keep them from one reconciling thread instead of a blocking ``Lock.acquire()``
+thread per shard because that recipe's private retry sleeps grow to a minute
+over a long wait (a stalled failover) and a cancelled acquire can leave its node
+behind while the session lives (a shard nobody may lead).
+
+**Fencing leadership in time.** ``is_leader(i)`` is true only while (a) our node
+is the lowest, (b) the session is CONNECTED (SUSPENDED stops leader-only work at
+once, not at LOST) and (c) a ZooKeeper round trip *sent* less than
+``0.35 × session_timeout`` ago has been answered. (c) matters when packets are
+blackholed with sockets left open: kazoo notices a dead connection only after
+about 2/3 of the session timeout, while another member may take over when our
+session expires, one full timeout after the server last heard from us. A reply
+proves the server heard us no earlier than the request's send time, so nobody
+else can lead before ``send + session_timeout``; we stop at ``send + 0.35 ×``.
+
+While ZooKeeper is unreachable, :meth:`ZkCoordinator.owned_shards` keeps the
+last known set: workers keep claiming, the database lease is the safety net.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+from kazoo.retry import ForceRetryError, KazooRetry
+
+from cluster import metrics
+from cluster.clock import utc
+from cluster.coordination import Member, ShardStatus
+from cluster.errors import VakitError
+
+__all__ = [
+    "CONFIRM_MAX_AGE",
+    "CoordinationUnavailable",
+    "ZkClusterView",
+    "ZkCoordinator",
+    "assign_shards",
+    "ensure_chroot",
+    "member_from_json",
+    "member_to_json",
+]
+
+log = logging.getLogger(__name__)
+
+# Fractions of the session timeout. A healthy connection is confirmed every
+# probe interval, far within the allowed age; a silent one is fenced at the
+# allowed age, with room to spare under the required half (the prober wakes
+# at that moment to tell listeners).
+CONFIRM_MAX_AGE = 0.35
+_PROBE_INTERVAL = 0.1
+
+_LOCK_MARK = "__lock__"
+_CONTENDER_RE = re.compile(r"__lock__(-?\d{10})$")
+_STATES = (KazooState.CONNECTED, KazooState.SUSPENDED, KazooState.LOST)
+
+_T = TypeVar("_T", bound=Hashable)
+_B = TypeVar("_B", bound=Hashable)
+
+
+class CoordinationUnavailable(VakitError):
+    """ZooKeeper could not be reached, or did not answer, in time."""
+
+    status = 503
+    title = "Coordination unavailable"
+
+
+# -- ownership ---------------------------------------------------------------
+
+
+def _score(member_id: str, shard: int) -> bytes:
+    # A stable hash (never Python's hash()): every process must rank alike.
+    return hashlib.blake2b(f"{member_id}\0{shard}".encode(), digest_size=8).digest()
+
+
+def _spread(items: Sequence[_T], bins: Sequence[_B], rank: Callable[[_T, _B], bytes]) -> dict[_T, _B]:
+    """Place each item in one bin, bin loads differing by at most one.
+
+    Each item goes to its best-ranked bin that still has room (rendezvous
+    hashing with a capacity), so a membership change moves few items rather
+    than reshuffling all of them as ``i % n`` would. Needs ``len(items) >=
+    len(bins)`` for every bin to get at least one item.
+    """
+    base, extra = divmod(len(items), len(bins))
+    load = dict.fromkeys(bins, 0)
+    placement: dict[_T, _B] = {}
+    for item in items:
+        for candidate in sorted(bins, key=lambda b: rank(item, b)):
+            if load[candidate] < base or (load[candidate] == base and extra > 0):
+                if load[candidate] == base:
+                    extra -= 1
+                load[candidate] += 1
+                placement[item] = candidate
+                break
+    return placement
+
+
+def assign_shards(member_ids: Sequence[str], shard_count: int) -> dict[str, frozenset[int]]:
+    """Which shards each live member owns. Pure and deterministic.
+
+    * Every shard has at least one owner while any member is alive.
+    * At most as many members as shards: each shard has exactly one owner and
+      members own ``shard_count // n`` or one more shard.
+    * More members than shards: each member owns exactly one shard and every
+      shard gets a group of owners whose sizes differ by at most one.
+    """
+    if shard_count < 1:
+        raise ValueError(f"shard_count must be at least 1, got {shard_count}")
+    members = sorted(set(member_ids))
+    if not members:
+        return {}
+    shards = list(range(shard_count))
+    owned: dict[str, set[int]] = {m: set() for m in members}
+    if len(members) <= shard_count:
+        for shard, member in _spread(shards, members, lambda s, m: _score(m, s)).items():
+            owned[member].add(shard)
+    else:
+        for member, shard in _spread(members, shards, _score).items():
+            owned[member].add(shard)
+    return {m: frozenset(s) for m, s in owned.items()}
+
+
+# -- member records ------------------------------------------------------------
+
+
+def member_to_json(member: Member) -> bytes:
+    started = utc(member.started_at).isoformat().replace("+00:00", "Z")
+    record = {
+        "id": member.id,
+        "host": member.host,
+        "pid": member.pid,
+        "version": member.version,
+        "startedAt": started,
+    }
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def member_from_json(data: bytes) -> Member:
+    record = json.loads(data)
+    return Member(
+        id=str(record["id"]),
+        host=str(record["host"]),
+        pid=int(record["pid"]),
+        version=str(record["version"]),
+        started_at=utc(datetime.fromisoformat(record["startedAt"])),
+    )
+
+
+def _normalize_root(root: str) -> str:
+    if not root.startswith("/"):
+        raise ValueError(f"root must be an absolute ZooKeeper path, got {root!r}")
+    return root.rstrip("/")
+
+
+def ensure_chroot(connect: str, timeout: float = 10.0) -> None:
+    """Create the chroot a connect string names (``host:port/chroot``), if any.
+
+    kazoo needs the chroot to exist: every path under a missing one fails, and
+    ``KazooClient.start()`` warns. A fresh ZooKeeper (``vakit up``) has none yet.
+    """
+    hosts, _, chroot = connect.partition("/")
+    if not chroot.strip("/"):
+        return
+    client = KazooClient(hosts=hosts, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    try:
+        client.start(timeout=timeout)
+        # Bounded: a blocking call would wait out a dropped connection forever.
+        client.ensure_path_async("/" + chroot.strip("/")).get(
+            timeout=max(0.1, deadline - time.monotonic())
+        )
+    finally:
+        with contextlib.suppress(Exception):
+            client.stop()
+        with contextlib.suppress(Exception):
+            client.close()
+
+
+def _sequence(node: str) -> int:
+    match = _CONTENDER_RE.search(node)
+    return int(match.group(1)) if match else 2**63
+
+
+def _leader_path(root: str, shard: int) -> str:
+    return f"{root}/shards/{shard}/leader"
+
+
+# -- the coordinator -------------------------------------------------------------
+
+
+class ZkCoordinator:
+    """:class:`cluster.coordination.Coordinator` on ZooKeeper through kazoo.
+
+    ``connect`` is a kazoo host string, optionally with a chroot
+    (``"zk1:2181,zk2:2181/vakit-prod"``), created at start if missing.
+    ``session_timeout`` (seconds) is asked of ZooKeeper, whose
+    ``min/maxSessionTimeout`` must allow it: a server that negotiates it down
+    would expire us sooner than the leadership fence assumes.
+
+    Threads: kazoo's own, one worker that does every blocking ZooKeeper call
+    (registration, reads, contender nodes), and one prober that confirms round
+    trips. Listener callbacks run on any of them and must not block.
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        *,
+        member: Member,
+        shard_count: int,
+        session_timeout: float = 10.0,
+        root: str = "/vakit",
+        start_timeout: float = 30.0,
+    ) -> None:
+        if shard_count < 1:
+            raise ValueError(f"shard_count must be at least 1, got {shard_count}")
+        if session_timeout <= 0:
+            raise ValueError(f"session_timeout must be positive, got {session_timeout}")
+        if not member.id or "/" in member.id or member.id in (".", ".."):
+            raise ValueError(f"member id must be a plain ZooKeeper node name, got {member.id!r}")
+        self.member_id = member.id
+        self.member = member
+        self.shard_count = shard_count
+        self.session_timeout = session_timeout
+        self.connect = connect
+        self._root = _normalize_root(root)
+        self._members_path = f"{self._root}/members"
+        self._member_path = f"{self._members_path}/{member.id}"
+        self._leader_paths = [_leader_path(self._root, i) for i in range(shard_count)]
+        self._shard_by_path = {path: i for i, path in enumerate(self._leader_paths)}
+        self._start_timeout = start_timeout
+        self._max_age = CONFIRM_MAX_AGE * session_timeout
+        self._probe_interval = _PROBE_INTERVAL * session_timeout
+        self._resync_interval = session_timeout
+        # Our contender nodes are named "{nonce}-{session}-__lock__{seq}": the
+        # nonce tells ours from other processes' (even with the same member
+        # id), the session part tells live nodes from ones a retried create
+        # left behind across a session change, which we then delete.
+        self._nonce = uuid.uuid4().hex[:16]
+        self._client = KazooClient(
+            hosts=connect,
+            timeout=session_timeout,
+            # Reconnect forever; the cap keeps recovery after an outage quick.
+            connection_retry=KazooRetry(
+                max_tries=-1, delay=0.1, backoff=2, max_delay=min(2.0, max(0.5, session_timeout / 4))
+            ),
+            command_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
+        )
+        # The worker's retry never crosses a session change (ignore_expire=False):
+        # what it was doing belongs to the old session and is redone from scratch.
+        self._retry = KazooRetry(
+            max_tries=-1,
+            delay=0.05,
+            backoff=2,
+            max_delay=1.0,
+            deadline=session_timeout,
+            ignore_expire=False,
+        )
+
+        self._lock = threading.Lock()
+        # Everything below is guarded by _lock.
+        self._state: str = KazooState.LOST
+        self._session_gen = 0  # bumped at LOST: results read before it are void
+        self._members: frozenset[str] | None = None
+        self._owned: frozenset[int] = frozenset()
+        self._holding: set[int] = set()  # shards whose lowest contender is ours
+        self._touched: set[int] = set()  # shards where we may still have a node
+        self._dirty: set[int] = set()
+        self._dirty_all = True
+        self._members_dirty = True
+        self._forced: dict[int, bool] = {}
+        self._confirmed_at = -math.inf
+        self._published_led: frozenset[int] = frozenset()
+        self._published_owned: frozenset[int] = frozenset()
+        self._listeners: list[Callable[[], None]] = []
+        self._started = False
+        self._stopped = False
+
+        # Only the worker thread touches this.
+        self._registered_session: int | None = None
+
+        self._wake = threading.Event()
+        self._probe_kick = threading.Event()
+        self._closing = threading.Event()
+        self._ready = threading.Event()
+        self._confirmed_once = threading.Event()
+        self._worker = threading.Thread(
+            target=self._run_worker, name=f"zkcoord-worker-{member.id}", daemon=True
+        )
+        self._prober = threading.Thread(
+            target=self._run_prober, name=f"zkcoord-prober-{member.id}", daemon=True
+        )
+
+    # -- the Coordinator interface -----------------------------------------
+
+    @property
+    def client(self) -> KazooClient:
+        """The kazoo client, for diagnostics and fault-injection tests only."""
+        return self._client
+
+    def start(self) -> None:
+        """Connect, register and read membership; raise CoordinationUnavailable on timeout."""
+        with self._lock:
+            if self._started:
+                return
+            if self._stopped:
+                raise RuntimeError("a stopped ZkCoordinator cannot be started again")
+            self._started = True
+        self._set_state_metric(KazooState.LOST)
+        self._client.add_listener(self._on_state)
+        deadline = time.monotonic() + self._start_timeout
+        try:
+            ensure_chroot(self.connect, self._start_timeout)
+            self._client.start(timeout=max(0.1, deadline - time.monotonic()))
+        except (KazooTimeoutError, KazooException) as exc:
+            self.stop()
+            raise CoordinationUnavailable(
+                f"could not connect to ZooKeeper within {self._start_timeout:g} s",
+                connect=self.connect,
+                member=self.member_id,
+            ) from exc
+        self._worker.start()
+        self._prober.start()
+        # Both, so that led_shards() is already true to the election on return.
+        ready = self._ready.wait(max(0.0, deadline - time.monotonic()))
+        if not ready or not self._confirmed_once.wait(max(0.0, deadline - time.monotonic())):
+            self.stop()
+            raise CoordinationUnavailable(
+                f"connected to ZooKeeper but could not register within {self._start_timeout:g} s",
+                connect=self.connect,
+                member=self.member_id,
+            )
+        log.info(
+            "coordination started: member=%s owned=%s",
+            self.member_id,
+            sorted(self.owned_shards()),
+        )
+
+    def stop(self) -> None:
+        """Withdraw from elections, delete the member node, close the session. Idempotent.
+
+        Leadership ends before any network call; ``owned_shards()`` is empty afterwards.
+        """
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            started = self._started
+            # A stopped worker polls nothing; the metric should say so too.
+            self._owned = frozenset()
+        self._closing.set()
+        self._wake.set()
+        self._probe_kick.set()
+        self._publish()  # leadership ends now, before any network call
+        if not started:
+            return
+        if self._client.state == KazooState.CONNECTED:
+            # Let a pass in progress finish so it does not recreate what we
+            # delete. While disconnected the worker may sit in a queued call
+            # until the client closes below, so there is no waiting for it then.
+            self._join(self._worker, 1.0)
+            try:
+                self._withdraw()
+            except (KazooException, KazooTimeoutError) as exc:
+                # Closing the session below removes our ephemeral nodes anyway.
+                log.info("coordination: withdraw incomplete, closing session instead: %s", exc)
+        self._close_client()
+        self._join(self._worker, 5.0)
+        self._join(self._prober, 5.0)
+        log.info("coordination stopped: member=%s", self.member_id)
+
+    @staticmethod
+    def _join(thread: threading.Thread, timeout: float) -> None:
+        if thread.ident is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def owned_shards(self) -> frozenset[int]:
+        with self._lock:
+            return self._owned
+
+    def is_leader(self, shard: int) -> bool:
+        with self._lock:
+            return self._is_leader_locked(shard, time.monotonic())
+
+    def led_shards(self) -> frozenset[int]:
+        with self._lock:
+            return self._led_locked(time.monotonic())
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            self._listeners.append(callback)
+
+    def force_leader(self, shard: int, value: bool | None) -> None:
+        """Test hook: make ``is_leader(shard)`` return ``value``; None restores the election."""
+        with self._lock:
+            if value is None:
+                self._forced.pop(shard, None)
+            else:
+                self._forced[shard] = value
+        self._publish()
+
+    def session_state(self) -> str:
+        """CONNECTED, SUSPENDED or LOST, as this coordinator last heard from kazoo."""
+        with self._lock:
+            return self._state
+
+    # -- leadership as seen by readers -------------------------------------
+
+    def _is_leader_locked(self, shard: int, now: float) -> bool:
+        if self._stopped:
+            return False
+        forced = self._forced.get(shard)
+        if forced is not None:
+            return forced
+        return (
+            self._state == KazooState.CONNECTED
+            and shard in self._holding
+            and shard in self._owned
+            and now - self._confirmed_at < self._max_age
+        )
+
+    def _led_locked(self, now: float) -> frozenset[int]:
+        return frozenset(s for s in range(self.shard_count) if self._is_leader_locked(s, now))
+
+    def _publish(self) -> None:
+        """Diff leadership and ownership against what listeners last heard; tell them."""
+        with self._lock:
+            led = self._led_locked(time.monotonic())
+            owned = self._owned
+            gained = led - self._published_led
+            lost = self._published_led - led
+            owned_changed = owned != self._published_owned
+            self._published_led = led
+            self._published_owned = owned
+            # Set under the lock so two threads publishing cannot leave the older value.
+            metrics.SHARDS_LED.set(len(led))
+            metrics.SHARDS_OWNED.set(len(owned))
+            listeners = list(self._listeners) if gained or lost or owned_changed else []
+        for shard in sorted(gained):
+            metrics.LEADERSHIP_CHANGES.labels(shard=str(shard), change="gained").inc()
+            log.info("leadership gained: member=%s shard=%d", self.member_id, shard)
+        for shard in sorted(lost):
+            metrics.LEADERSHIP_CHANGES.labels(shard=str(shard), change="lost").inc()
+            log.info("leadership lost: member=%s shard=%d", self.member_id, shard)
+        if owned_changed:
+            log.info("ownership: member=%s shards=%s", self.member_id, sorted(owned))
+        for callback in listeners:
+            try:
+                callback()
+            except Exception:
+                log.exception("coordination listener failed: member=%s", self.member_id)
+
+    # -- kazoo callbacks (kazoo's threads: never block here) ----------------
+
+    def _on_state(self, state: str) -> None:
+        with self._lock:
+            self._state = state
+            if state == KazooState.LOST:
+                # Our ephemeral nodes died with the session.
+                self._holding.clear()
+                self._session_gen += 1
+            elif state == KazooState.CONNECTED:
+                # kazoo dropped every watch when the connection went.
+                self._dirty_all = True
+                self._members_dirty = True
+        self._set_state_metric(state)
+        log.info("zookeeper session %s: member=%s", state, self.member_id)
+        self._wake.set()
+        self._probe_kick.set()
+        self._publish()
+
+    def _on_members_event(self, event: Any) -> None:
+        with self._lock:
+            self._members_dirty = True
+        self._wake.set()
+
+    def _on_shard_event(self, event: Any) -> None:
+        shard = self._shard_by_path.get(getattr(event, "path", None) or "")
+        with self._lock:
+            if shard is None:
+                self._dirty_all = True
+            else:
+                self._dirty.add(shard)
+        self._wake.set()
+
+    @staticmethod
+    def _set_state_metric(state: str) -> None:
+        for name in _STATES:
+            metrics.ZK_SESSION_STATE.labels(state=name).set(1 if name == state else 0)
+
+    # -- worker thread ------------------------------------------------------
+
+    def _run_worker(self) -> None:
+        backoff = 0.05
+        while not self._closing.is_set():
+            woke = self._wake.wait(self._resync_interval)
+            if self._closing.is_set():
+                break
+            self._wake.clear()
+            if not woke:
+                # A periodic full pass, in case a watch was ever missed.
+                with self._lock:
+                    self._dirty_all = True
+                    self._members_dirty = True
+            try:
+                self._reconcile()
+                backoff = 0.05
+            except Exception as exc:
+                if self._closing.is_set():
+                    break
+                if isinstance(exc, KazooException):
+                    log.warning("coordination: ZooKeeper call failed, will retry: %r", exc)
+                else:
+                    log.exception("coordination: reconcile failed, will retry")
+                with self._lock:
+                    self._dirty_all = True
+                    self._members_dirty = True
+                if self._closing.wait(backoff):
+                    break
+                backoff = min(backoff * 2, 1.0)
+                self._wake.set()
+            self._publish()
+
+    def _reconcile(self) -> None:
+        """One pass: registration, ownership, contender nodes. Idempotent."""
+        if self._client.state != KazooState.CONNECTED:
+            return  # the CONNECTED transition wakes us again
+        client_id = self._client.client_id
+        if client_id is None:
+            return
+        session = int(client_id[0])
+        with self._lock:
+            gen = self._session_gen
+        if self._registered_session != session:
+            self._register(session)
+            self._registered_session = session
+            with self._lock:
+                self._dirty_all = True
+                self._members_dirty = True
+
+        with self._lock:
+            members_dirty = self._members_dirty
+            self._members_dirty = False
+        if members_dirty:
+            children = self._retry(
+                self._client.get_children, self._members_path, watch=self._on_members_event
+            )
+            self._apply_membership(children)
+
+        with self._lock:
+            candidates = self._owned | self._touched
+            if self._dirty_all:
+                todo = set(candidates)
+            else:
+                todo = self._dirty & candidates
+            self._dirty_all = False
+            self._dirty = set()
+            wanted = frozenset() if self._closing.is_set() else self._owned
+        tag = f"{self._nonce}-{session:x}-"
+        for shard in sorted(todo):
+            self._contend(shard, shard in wanted, tag, gen)
+        self._ready.set()
+
+    def _register(self, session: int) -> None:
+        data = member_to_json(self.member)
+
+        def attempt() -> None:
+            try:
+                self._client.create(self._member_path, data, ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                _, stat = self._client.get(self._member_path)
+            except NoNodeError as exc:
+                raise ForceRetryError() from exc
+            if stat.ephemeralOwner == session:
+                return  # an earlier attempt whose reply was lost
+            # The node carries our id but another session: our previous
+            # process (crashed, session not yet expired) or a duplicate id.
+            # The id is ours, so take it over rather than wait out its timeout.
+            log.warning(
+                "member node %s held by session 0x%x; replacing it",
+                self._member_path,
+                stat.ephemeralOwner,
+            )
+            with contextlib.suppress(NoNodeError):
+                self._client.delete(self._member_path, version=stat.version)
+            raise ForceRetryError()
+
+        self._retry(attempt)
+        log.info("registered member %s in session 0x%x", self.member_id, session)
+
+    def _apply_membership(self, children: Iterable[str]) -> None:
+        ids = set(children)
+        if self.member_id not in ids:
+            # Someone deleted our node: register again on the next pass.
+            self._registered_session = None
+            self._wake.set()
+        ids.add(self.member_id)
+        members = frozenset(ids)
+        owned = assign_shards(sorted(members), self.shard_count).get(self.member_id, frozenset())
+        with self._lock:
+            if self._stopped:
+                return
+            if self._members is not None and members != self._members:
+                metrics.REBALANCES.inc()
+                log.info("rebalance: member=%s members=%s", self.member_id, sorted(members))
+            self._members = members
+            if owned != self._owned:
+                self._dirty |= owned ^ self._owned
+                self._owned = owned
+
+    def _contend(self, shard: int, want: bool, tag: str, gen: int) -> None:
+        """Make our contender node for ``shard`` exist iff ``want``; see whether it leads."""
+        path = self._leader_paths[shard]
+        try:
+            children = self._retry(self._client.get_children, path, watch=self._on_shard_event)
+        except NoNodeError:
+            if not want:
+                with self._lock:
+                    self._touched.discard(shard)
+                    self._holding.discard(shard)
+                return
+            self._retry(self._client.ensure_path, path)
+            children = self._retry(self._client.get_children, path, watch=self._on_shard_event)
+
+        mine = [c for c in children if c.startswith(self._nonce)]
+        current = sorted((c for c in mine if c.startswith(tag)), key=_sequence)
+        doomed = [c for c in mine if not c.startswith(tag)]
+        doomed += current[1:] if want else current
+        with self._lock:
+            if shard in self._holding and (not want or not current):
+                self._holding.discard(shard)
+        for node in doomed:
+            with contextlib.suppress(NoNodeError):
+                self._retry(self._client.delete, f"{path}/{node}")
+        if want and not current:
+            with self._lock:
+                self._touched.add(shard)
+            self._create_contender(path, tag)
+            children = self._retry(self._client.get_children, path, watch=self._on_shard_event)
+
+        gone = set(doomed)
+        contenders = sorted(
+            (c for c in children if _CONTENDER_RE.search(c) and c not in gone), key=_sequence
+        )
+        holds = want and bool(contenders) and contenders[0].startswith(tag)
+        with self._lock:
+            if want:
+                self._touched.add(shard)
+            else:
+                self._touched.discard(shard)
+            if holds and gen == self._session_gen:
+                self._holding.add(shard)
+            else:
+                self._holding.discard(shard)
+
+    def _create_contender(self, path: str, tag: str) -> None:
+        data = self.member_id.encode()
+        tried = False
+
+        def attempt() -> None:
+            nonlocal tried
+            if tried:
+                # The reply to a create can be lost after the node was made;
+                # look for it before making a second one (kazoo Lock's trick).
+                if any(c.startswith(tag) for c in self._client.get_children(path)):
+                    return
+            tried = True
+            self._client.create(
+                f"{path}/{tag}{_LOCK_MARK}", data, ephemeral=True, sequence=True, makepath=True
+            )
+
+        self._retry(attempt)
+
+    def _withdraw(self) -> None:
+        """Delete our contender nodes, then our member node; best effort, bounded.
+
+        Async calls with a deadline, never kazoo's blocking ones: if the
+        connection drops meanwhile, a blocking call would wait for a reconnect
+        that may never come, and stop() must return. Whatever is left goes
+        with the session, which _close_client() ends.
+        """
+        deadline = time.monotonic() + min(2.0, self.session_timeout / 2)
+        client = self._client
+
+        def wait(result: Any) -> Any:
+            return result.get(timeout=max(0.0, deadline - time.monotonic()))
+
+        with self._lock:
+            shards = sorted(self._touched)
+            self._holding.clear()
+        listings = [(self._leader_paths[s], client.get_children_async(self._leader_paths[s])) for s in shards]
+        deletions = []
+        for path, listing in listings:
+            try:
+                children = wait(listing)
+            except NoNodeError:
+                continue
+            deletions += [
+                client.delete_async(f"{path}/{node}") for node in children if node.startswith(self._nonce)
+            ]
+        for deletion in deletions:
+            with contextlib.suppress(NoNodeError):
+                wait(deletion)
+        client_id = client.client_id
+        with contextlib.suppress(NoNodeError):
+            _, stat = wait(client.get_async(self._member_path))
+            if client_id is not None and stat.ephemeralOwner == client_id[0]:
+                wait(client.delete_async(self._member_path, version=stat.version))
+
+    def _close_client(self) -> None:
+        try:
+            self._client.stop()
+        except Exception as exc:
+            log.info("coordination: error while closing the ZooKeeper session: %r", exc)
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+    # -- prober thread -------------------------------------------------------
+
+    def _run_prober(self) -> None:
+        # A dead prober would fence every leadership for good: never let it die.
+        while not self._closing.is_set():
+            try:
+                self._probe_loop()
+            except Exception:
+                log.exception("coordination prober failed; restarting it")
+                self._closing.wait(self._probe_interval)
+
+    def _probe_loop(self) -> None:
+        """Confirm a round trip every probe interval; publish staleness promptly."""
+        pending: tuple[float, Any] | None = None
+        next_probe = 0.0
+        while not self._closing.is_set():
+            now = time.monotonic()
+            if pending is not None and pending[1].ready():
+                sent, result = pending
+                pending = None
+                if result.successful():
+                    with self._lock:
+                        self._confirmed_at = max(self._confirmed_at, sent)
+                    self._confirmed_once.set()
+            if pending is None and now >= next_probe and self._client.state == KazooState.CONNECTED:
+                # sync goes through the quorum leader, so a follower cut off
+                # from its quorum cannot confirm us.
+                try:
+                    pending = (now, self._client.sync_async(self._root or "/"))
+                except KazooException:
+                    pending = None
+                next_probe = now + self._probe_interval
+            self._publish()
+
+            with self._lock:
+                stale_in = self._confirmed_at + self._max_age - now
+            wait = self._probe_interval
+            if pending is None:
+                wait = max(0.0, next_probe - now) if self._client.state == KazooState.CONNECTED else wait
+            if stale_in > 0:
+                # Wake right after leadership would go stale, so listeners hear at once.
+                wait = min(wait, stale_in + 0.001)
+            if pending is not None:
+                pending[1].wait(wait)
+            else:
+                self._probe_kick.wait(wait)
+                self._probe_kick.clear()
+
+
+# -- a read-only view for the API ----------------------------------------------
+
+
+class ZkClusterView:
+    """Members and shard leaders as ZooKeeper records them, for the API and operators.
+
+    The leader reported for a shard is the member whose contender node is
+    lowest: it may be in its fenced-off grace period and not running leader-only
+    loops right now, which only ZooKeeper-side state cannot show.
+
+    Every read answers within ``timeout`` or raises
+    :class:`CoordinationUnavailable`: a status page must not hang while
+    ZooKeeper is away (a plain kazoo call would wait for the reconnect).
+    """
+
+    def __init__(self, connect: str, root: str = "/vakit", *, timeout: float = 10.0) -> None:
+        self.connect = connect
+        self._root = _normalize_root(root)
+        self._timeout = timeout
+        self._client = KazooClient(
+            hosts=connect,
+            timeout=timeout,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0),
+        )
+
+    def start(self) -> None:
+        try:
+            ensure_chroot(self.connect, self._timeout)
+            self._client.start(timeout=self._timeout)
+        except (KazooTimeoutError, KazooException) as exc:
+            with contextlib.suppress(Exception):
+                self._client.close()
+            raise CoordinationUnavailable(
+                f"could not connect to ZooKeeper within {self._timeout:g} s", connect=self.connect
+            ) from exc
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.stop()
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._client.state == KazooState.CONNECTED)
+
+    def _read(self, call: Callable[..., Any], *args: Any) -> Any:
+        """One async kazoo read, bounded by the timeout. NoNodeError passes through."""
+        if self._client.state != KazooState.CONNECTED:
+            raise CoordinationUnavailable("not connected to ZooKeeper", connect=self.connect)
+        try:
+            return call(*args).get(timeout=self._timeout)
+        except NoNodeError:
+            raise
+        except (KazooTimeoutError, KazooException) as exc:
+            raise CoordinationUnavailable("ZooKeeper did not answer", connect=self.connect) from exc
+
+    def member_ids(self) -> list[str]:
+        try:
+            return sorted(self._read(self._client.get_children_async, f"{self._root}/members"))
+        except NoNodeError:
+            return []
+
+    def members(self) -> list[Member]:
+        """Live members, sorted by id; a record that vanishes meanwhile is skipped."""
+        found: list[Member] = []
+        for member_id in self.member_ids():
+            try:
+                data, _ = self._read(self._client.get_async, f"{self._root}/members/{member_id}")
+            except NoNodeError:
+                continue
+            try:
+                found.append(member_from_json(data))
+            except (ValueError, KeyError, TypeError):
+                log.warning("unreadable member record %s: %r", member_id, data[:200])
+        return found
+
+    def shards(self, shard_count: int) -> list[ShardStatus]:
+        """Owners (from the live members) and the current leader of every shard."""
+        assignment = assign_shards(self.member_ids(), shard_count)
+        statuses: list[ShardStatus] = []
+        for shard in range(shard_count):
+            owners = tuple(sorted(m for m, shards in assignment.items() if shard in shards))
+            statuses.append(ShardStatus(shard=shard, owners=owners, leader=self.leader(shard)))
+        return statuses
+
+    def leader(self, shard: int) -> str | None:
+        """Member id held by the lowest contender node of ``shard``, if any."""
+        path = _leader_path(self._root, shard)
+        try:
+            children = self._read(self._client.get_children_async, path)
+        except NoNodeError:
+            return None
+        for node in sorted((c for c in children if _CONTENDER_RE.search(c)), key=_sequence):
+            try:
+                data, _ = self._read(self._client.get_async, f"{path}/{node}")
+            except NoNodeError:
+                continue  # it just left; the next one leads
+            return str(data.decode())
+        return None

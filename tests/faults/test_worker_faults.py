@@ -1,0 +1,576 @@
+"""Worker and shard faults, injected for real into real processes.
+
+Each test starts ``vakit worker`` / ``vakit api`` processes against real
+PostgreSQL shards and a real HTTP target (:class:`tests.procs.FaultSink`),
+injects one fault (SIGKILL, SIGSTOP/SIGCONT, SIGTERM, a shard stopped and
+started or made read-only, a wave of 10,000 due jobs) and then checks the
+invariants in the databases themselves: no job lost, none completed twice,
+every stale write fenced (DESIGN.md, invariants 1-4 and 8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+import shardmap
+from cluster.model import CreateJobParams
+from cluster.pgserver import PgServer
+from cluster.pgstore import PgStore
+from tests.helpers import job_params, wait_for
+from tests.pgfixtures import SHARDS
+from tests.procs import OWNER, TOKEN, FaultSink, ProcessHarness
+
+pytestmark = pytest.mark.faults
+
+SHARD_MAP = shardmap.ShardMap(SHARDS)
+FENCED = "vakit_fenced_writes_total"
+SUCCEEDED = "vakit_jobs_succeeded_total"
+# Long enough that only a fault ends the first attempt; the sink cuts its
+# sleeps short when it closes.
+HANG = 600
+
+
+# -- jobs and database checks -------------------------------------------------------
+
+
+def slot_on(shard: int) -> int:
+    return random.choice([s for s in range(shardmap.SLOTS) if SHARD_MAP.shard_of_slot(s) == shard])
+
+
+def job_on(shard: int, url: str, **kwargs: Any) -> CreateJobParams:
+    """``job_params`` with an id that routes to ``shard``."""
+    return dataclasses.replace(job_params(url, **kwargs), id=shardmap.new_uuid(slot_on(shard)))
+
+
+def text_id(p: CreateJobParams) -> str:
+    return shardmap.encode_id("job", p.id)
+
+
+def create_jobs(dsns: list[str], jobs: list[CreateJobParams]) -> None:
+    """Create through the store seam, each on the shard its id routes to."""
+
+    async def create() -> None:
+        store = PgStore(dsns, max_size=2, timeout=5.0)
+        await store.open()
+        try:
+            for p in jobs:
+                await store.create_job(SHARD_MAP.shard_of(p.id), p)
+        finally:
+            await store.close()
+
+    asyncio.run(create())
+
+
+def rows(
+    dsns: list[str], query: str, params: dict[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
+    """``query`` on every shard, rows concatenated."""
+    out: list[tuple[Any, ...]] = []
+    for dsn in dsns:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            out.extend(conn.execute(query, params).fetchall())
+    return out
+
+
+def total(dsns: list[str], query: str, params: dict[str, Any] | None = None) -> int:
+    return sum(int(r[0]) for r in rows(dsns, query, params))
+
+
+def tally(dsns: list[str], query: str) -> Counter[str]:
+    """A ``SELECT key, count(*) … GROUP BY key`` summed over the shards."""
+    out: Counter[str] = Counter()
+    for key, count in rows(dsns, query):
+        out[key] += count
+    return out
+
+
+def history(dsns: list[str], jobs: list[CreateJobParams]) -> dict[str, list[tuple[str, int]]]:
+    """Every history row (status, attempt) of each job."""
+    found = rows(
+        dsns,
+        "SELECT id, status, attempt FROM job_history WHERE id = ANY(%(ids)s) ORDER BY finished_at",
+        {"ids": [p.id for p in jobs]},
+    )
+    out: dict[str, list[tuple[str, int]]] = {text_id(p): [] for p in jobs}
+    for job_id, status, attempt in found:
+        out[shardmap.encode_id("job", job_id)].append((status, attempt))
+    return out
+
+
+def attempt_log(dsns: list[str], p: CreateJobParams) -> list[tuple[int, str, str]]:
+    return [
+        (a, o, w)
+        for a, o, w in rows(
+            dsns,
+            "SELECT attempt, outcome, worker FROM job_attempts WHERE job_id = %(id)s "
+            "ORDER BY attempt, finished_at",
+            {"id": p.id},
+        )
+    ]
+
+
+def finished(dsns: list[str], jobs: list[CreateJobParams]) -> int:
+    return total(
+        dsns,
+        "SELECT count(*) FROM job_history WHERE id = ANY(%(ids)s)",
+        {"ids": [p.id for p in jobs]},
+    )
+
+
+def hot_rows(dsns: list[str]) -> list[tuple[Any, ...]]:
+    return rows(dsns, "SELECT id, status, attempt, max_attempts, locked_by FROM jobs ORDER BY id")
+
+
+# -- 1. SIGKILL ------------------------------------------------------------------------
+
+
+def test_killed_workers_jobs_run_again_elsewhere_after_the_lease(
+    procs: ProcessHarness, sink: FaultSink, shard_dsns: list[str]
+) -> None:
+    a = procs.worker("worker-a").wait_ready()
+    jobs = [
+        job_on(i % SHARDS, sink.url, payload={"sleep_first": HANG}, timeout=3600) for i in range(6)
+    ]
+    ids = {text_id(p) for p in jobs}
+    create_jobs(shard_dsns, jobs)
+    wait_for(lambda: ids <= sink.job_ids(attempt=1), timeout=20, what="worker-a firing every job")
+    held = hot_rows(shard_dsns)
+    assert sorted((status, attempt, by) for _, status, attempt, _, by in held) == [
+        ("RUNNING", 1, "worker-a")
+    ] * len(jobs)
+
+    b = procs.worker("worker-b").wait_ready()
+    a.sigkill()
+    wait_for(
+        lambda: finished(shard_dsns, jobs) == len(jobs), timeout=60, what="every job to finish"
+    )
+
+    assert hot_rows(shard_dsns) == []
+    for p in jobs:
+        assert history(shard_dsns, [p])[text_id(p)] == [("SUCCEEDED", 2)]
+        assert attempt_log(shard_dsns, p) == [
+            (1, "LEASE_EXPIRED", "worker-a"),
+            (2, "SUCCEEDED", "worker-b"),
+        ]
+    firings = sink.by_job()
+    for job_id in ids:
+        assert [(f.attempt, f.status) for f in firings[job_id]] == [(1, None), (2, 200)]
+    assert b.metric(SUCCEEDED) == len(jobs)
+    assert b.metric(FENCED) == 0
+
+
+# -- 2. SIGSTOP past the lease, SIGCONT after another worker finished --------------------
+
+
+def test_paused_worker_writes_nothing_for_a_job_it_lost(
+    procs: ProcessHarness, sink: FaultSink, shard_dsns: list[str]
+) -> None:
+    a = procs.worker("worker-a").wait_ready()
+    assert a.metric(FENCED) == 0
+    # Attempt 1 is answered (200) while worker-a is stopped: the success waits
+    # in its socket and is what it reports when it runs again.
+    jobs = [
+        job_on(i % SHARDS, sink.url, payload={"sleep_first": 2.0}, timeout=3600) for i in range(2)
+    ]
+    ids = {text_id(p) for p in jobs}
+    create_jobs(shard_dsns, jobs)
+    wait_for(lambda: ids <= sink.job_ids(attempt=1), timeout=20, what="worker-a firing every job")
+    a.sigstop()
+    stopped_at = time.monotonic()
+
+    def answered() -> bool:
+        return all(f.answered_at for f in sink.snapshot() if f.attempt == 1)
+
+    wait_for(answered, timeout=10, what="the sink answering attempt 1")
+    first = [f for f in sink.snapshot() if f.attempt == 1]
+    assert all(f.status == 200 and (f.answered_at or 0) > stopped_at for f in first), (
+        "the test's premise: worker-a was stopped before the target answered"
+    )
+
+    b = procs.worker("worker-b").wait_ready()
+    wait_for(lambda: finished(shard_dsns, jobs) == len(jobs), timeout=30, what="worker-b finishing")
+    assert a.alive()
+    a.sigcont()
+    # Each job costs worker-a at least one fenced write: its heartbeat finds
+    # the lease gone, or its completion matches no row.
+    wait_for(
+        lambda: a.metric(FENCED) >= len(jobs),
+        timeout=15,
+        what="worker-a's stale writes to be fenced",
+    )
+    fenced_by = a.metric_by(FENCED, "operation")
+
+    assert a.alive(), a.log_tail()
+    assert a.metric(SUCCEEDED) == 0
+    assert b.metric(SUCCEEDED) == len(jobs) and b.metric(FENCED) == 0
+    assert hot_rows(shard_dsns) == []
+    for p in jobs:
+        assert history(shard_dsns, [p])[text_id(p)] == [("SUCCEEDED", 2)]
+        assert attempt_log(shard_dsns, p) == [
+            (1, "LEASE_EXPIRED", "worker-a"),
+            (2, "SUCCEEDED", "worker-b"),
+        ]
+    firings = sink.by_job()
+    for job_id in ids:
+        assert [(f.attempt, f.status) for f in firings[job_id]] == [(1, 200), (2, 200)]
+    print(f"\nstale worker's fenced writes by operation: {fenced_by}")
+
+
+# -- 3. a wave: 10,000 jobs due at once ----------------------------------------------------
+
+
+def copy_jobs(dsns: list[str], count: int, url: str) -> list[str]:
+    """``count`` jobs due now, COPYed into the shards their ids route to."""
+    due = datetime.now(UTC) - timedelta(seconds=1)
+    by_shard: dict[int, list[Any]] = {i: [] for i in range(len(dsns))}
+    for _ in range(count):
+        job_id = shardmap.new_uuid()
+        by_shard[SHARD_MAP.shard_of(job_id)].append(job_id)
+    target = Jsonb({"kind": "HTTP", "url": url})
+    payload = Jsonb({})
+    for shard, ids in by_shard.items():
+        with psycopg.connect(dsns[shard]) as conn, conn.cursor() as cur:
+            with cur.copy(
+                "COPY jobs (id, owner_service, type, scheduled_for, run_at, max_attempts, "
+                "timeout_seconds, target_kind, target, payload) FROM STDIN"
+            ) as copy:
+                for job_id in ids:
+                    copy.write_row(
+                        (job_id, OWNER, "WAVE", due, due, 3, 30, "HTTP", target, payload)
+                    )
+    return [shardmap.encode_id("job", i) for ids in by_shard.values() for i in ids]
+
+
+def test_ten_thousand_due_jobs_each_succeed_exactly_once(
+    procs: ProcessHarness, sink: FaultSink, shard_dsns: list[str]
+) -> None:
+    n = 10_000
+    workers = [procs.worker(f"worker-{i}") for i in range(2)]
+    for w in workers:
+        w.wait_ready()
+    started = time.monotonic()
+    ids = copy_jobs(shard_dsns, n, sink.url)
+    inserted = time.monotonic()
+    wait_for(
+        lambda: total(shard_dsns, "SELECT count(*) FROM job_history") >= n,
+        timeout=200,
+        interval=0.25,
+        what=f"{n} jobs in history",
+    )
+    done = time.monotonic()
+
+    assert total(shard_dsns, "SELECT count(*) FROM jobs") == 0
+    statuses = tally(shard_dsns, "SELECT status, count(*) FROM job_history GROUP BY status")
+    assert statuses == {"SUCCEEDED": n}
+    assert total(shard_dsns, "SELECT count(DISTINCT id) FROM job_history") == n
+    # Exactly one SUCCEEDED attempt per job, and it is the attempt history kept.
+    assert total(shard_dsns, "SELECT count(*) FROM job_attempts WHERE outcome = 'SUCCEEDED'") == n
+    assert (
+        total(
+            shard_dsns,
+            "SELECT count(DISTINCT job_id) FROM job_attempts WHERE outcome = 'SUCCEEDED'",
+        )
+        == n
+    )
+    assert (
+        total(
+            shard_dsns,
+            "SELECT count(*) FROM job_history h JOIN job_attempts a "
+            "ON a.job_id = h.id AND a.attempt = h.attempt AND a.outcome = 'SUCCEEDED'",
+        )
+        == n
+    )
+    seen = sink.job_ids()
+    assert seen >= set(ids)
+    assert len(seen) == n
+
+    outcomes = tally(shard_dsns, "SELECT outcome, count(*) FROM job_attempts GROUP BY outcome")
+    per_worker = tally(
+        shard_dsns,
+        "SELECT worker, count(*) FROM job_attempts WHERE outcome = 'SUCCEEDED' GROUP BY worker",
+    )
+    firings = sink.count()
+    wall = done - started
+    print(
+        f"\n{n} jobs: insert {inserted - started:.2f} s, all SUCCEEDED after {wall:.2f} s "
+        f"({n / wall:.0f} jobs/s; {n / (done - inserted):.0f} jobs/s from the commit); "
+        f"firings {firings} ({firings - n} repeats); attempt outcomes {dict(outcomes)}; "
+        f"per worker {dict(per_worker)}; fenced {[w.metric(FENCED) for w in workers]}"
+    )
+
+
+# -- 4. a shard stopped for 10 s, then started ---------------------------------------------
+
+
+def key_on(shard: int, prefix: str) -> str:
+    for i in range(1000):
+        key = f"{prefix}-{i}"
+        if SHARD_MAP.shard_of_slot(shardmap.key_slot(OWNER, key)) == shard:
+            return key
+    raise AssertionError("no key found")
+
+
+def api_body(url: str, run_at: datetime, payload: Any = None) -> dict[str, Any]:
+    return {
+        "type": "OUTAGE",
+        "runAt": run_at.isoformat().replace("+00:00", "Z"),
+        "target": {"kind": "HTTP", "url": url},
+        "payload": payload or {},
+        "timeoutSeconds": 30,
+        "maxAttempts": 10,
+    }
+
+
+def assert_unavailable(resp: httpx.Response, shard: int) -> None:
+    assert resp.status_code == 503, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    assert int(resp.headers["retry-after"]) > 0
+    body = resp.json()
+    assert body["status"] == 503 and body["shard"] == shard and body["detail"]
+
+
+def test_shard_outage_answers_503_and_loses_nothing(
+    own_servers: list[PgServer], own_procs: ProcessHarness, sink: FaultSink
+) -> None:
+    dsns = own_procs.shards
+    down = 1
+    api = own_procs.api(connect_timeout=1)
+    workers = [own_procs.worker(f"worker-{i}") for i in range(2)]
+    api.wait_ready()
+    for w in workers:
+        w.wait_ready()
+
+    now = datetime.now(UTC)
+    before = [job_on(s, sink.url, run_at=now - timedelta(seconds=1)) for s in range(SHARDS)]
+    # Fired before the stop, answered while the shard is down: its outcome
+    # cannot be written until the shard is back.
+    inflight = job_on(down, sink.url, payload={"sleep": 2.0}, run_at=now - timedelta(seconds=1))
+    later = [
+        job_on(s, sink.url, run_at=now + timedelta(seconds=delay), max_attempts=10)
+        for s in range(SHARDS)
+        for delay in (4, 8, 16)  # during the outage, and after it
+    ]
+    jobs = [*before, inflight, *later]
+    create_jobs(dsns, jobs)
+    wait_for(lambda: finished(dsns, before) == len(before), timeout=20, what="the first jobs")
+    wait_for(lambda: text_id(inflight) in sink.job_ids(), timeout=20, what="the long job firing")
+
+    client = httpx.Client(
+        base_url=api.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=20
+    )
+    with client:
+        stopped = time.monotonic()
+        own_servers[down].stop()
+
+        [on_down] = [text_id(p) for p in before if SHARD_MAP.shard_of(p.id) == down]
+        [on_up] = [text_id(p) for p in before if SHARD_MAP.shard_of(p.id) != down]
+        assert_unavailable(client.get(f"/api/v1/jobs/{on_down}"), down)
+        key = key_on(down, "outage")
+        body = api_body(sink.url, datetime.now(UTC))
+        assert_unavailable(
+            client.post("/api/v1/jobs", json=body, headers={"Idempotency-Key": key}), down
+        )
+        # Without a key any shard will do: the live one takes it.
+        created = []
+        for _ in range(4):
+            resp = client.post("/api/v1/jobs", json=api_body(sink.url, datetime.now(UTC)))
+            assert resp.status_code == 201, resp.text
+            job_id = resp.json()["jobId"]
+            assert SHARD_MAP.shard_of(shardmap.decode_id("job", job_id)) != down
+            created.append(job_id)
+        resp = client.get(f"/api/v1/jobs/{on_up}")
+        assert resp.status_code == 200 and resp.json()["status"] == "SUCCEEDED", resp.text
+        assert all(w.alive() for w in workers) and api.alive()
+
+        time.sleep(max(0.0, stopped + 10 - time.monotonic()))  # the outage is the fault itself
+        own_servers[down].start()
+
+        wait_for(lambda: finished(dsns, jobs) == len(jobs), timeout=60, what="every job to finish")
+        for job_id in created:
+            wait_for(
+                lambda job_id=job_id: (
+                    client.get(f"/api/v1/jobs/{job_id}").json().get("status") == "SUCCEEDED"
+                ),
+                timeout=30,
+                what=f"{job_id} created during the outage to succeed",
+            )
+        # The API reaches the shard again; the key that was refused works now.
+        resp = client.get(f"/api/v1/jobs/{on_down}")
+        assert resp.status_code == 200 and resp.json()["status"] == "SUCCEEDED", resp.text
+        first = client.post("/api/v1/jobs", json=body, headers={"Idempotency-Key": key})
+        assert first.status_code == 201, first.text
+        again = client.post("/api/v1/jobs", json=body, headers={"Idempotency-Key": key})
+        assert again.status_code == 200 and again.json()["jobId"] == first.json()["jobId"]
+        created.append(first.json()["jobId"])
+        wait_for(
+            lambda: client.get(f"/api/v1/jobs/{created[-1]}").json().get("status") == "SUCCEEDED",
+            timeout=30,
+            what="the keyed job to succeed",
+        )
+
+    for job_id, found in history(dsns, jobs).items():
+        assert [status for status, _ in found] == ["SUCCEEDED"], (job_id, found)
+    assert hot_rows(dsns) == []
+    assert {text_id(p) for p in jobs} | set(created) <= sink.job_ids()
+    assert all(w.alive() for w in workers) and api.alive()
+    print(f"\nin-flight job across the outage: {attempt_log(dsns, inflight)}")
+
+
+# -- 5. SIGTERM with jobs in flight -------------------------------------------------------------
+
+
+def test_sigterm_finishes_or_releases_in_flight_jobs(
+    procs: ProcessHarness, sink: FaultSink, shard_dsns: list[str]
+) -> None:
+    # One firing at a time to "localhost": the jobs behind it are claimed but
+    # never fired, and must get their attempt back when released.
+    held_url = sink.url.replace("127.0.0.1", "localhost")
+    a = procs.worker("worker-a", stop_grace_seconds=4, target_limits="localhost=1").wait_ready()
+    short = [job_on(i % SHARDS, sink.url, payload={"sleep": 1.0}) for i in range(3)]
+    long = [
+        job_on(i % SHARDS, sink.url, payload={"sleep_first": HANG}, timeout=3600) for i in range(3)
+    ]
+    queued = [
+        job_on(i % SHARDS, held_url, payload={"sleep_first": HANG}, timeout=3600) for i in range(3)
+    ]
+    jobs = [*short, *long, *queued]
+    create_jobs(shard_dsns, jobs)
+    wait_for(
+        lambda: (
+            {text_id(p) for p in [*short, *long]} <= sink.job_ids(attempt=1)
+            and len(sink.job_ids() & {text_id(p) for p in queued}) == 1
+        ),
+        timeout=20,
+        what="worker-a firing its jobs",
+    )
+    held = hot_rows(shard_dsns)  # the short ones may have finished already
+    assert {(status, by) for _, status, _, _, by in held} == {("RUNNING", "worker-a")}
+    assert len(held) + finished(shard_dsns, short) == len(jobs)
+    assert a.terminate(timeout=30) == 0
+
+    # Short jobs finished within the grace; the others went back at once,
+    # without waiting for their lease to run out.
+    assert history(shard_dsns, short) == {text_id(p): [("SUCCEEDED", 1)] for p in short}
+    fired = sink.job_ids(attempt=1)
+    left = {r[0]: r for r in hot_rows(shard_dsns)}
+    assert set(left) == {p.id for p in [*long, *queued]}
+    for p in [*long, *queued]:
+        _, status, attempt, max_attempts, locked_by = left[p.id]
+        assert (status, attempt, locked_by) == ("SCHEDULED", 1, None)
+        # A job that was fired used its attempt; one that never was got it back.
+        assert max_attempts == (p.max_attempts if text_id(p) in fired else p.max_attempts + 1)
+
+    b = procs.worker("worker-b").wait_ready()
+    wait_for(lambda: finished(shard_dsns, jobs) == len(jobs), timeout=30, what="worker-b finishing")
+    for p in [*long, *queued]:
+        assert history(shard_dsns, [p])[text_id(p)] == [("SUCCEEDED", 2)]
+        assert [(o, w) for _, o, w in attempt_log(shard_dsns, p)][-1] == ("SUCCEEDED", "worker-b")
+    assert (
+        total(shard_dsns, "SELECT count(*) FROM job_attempts WHERE outcome = 'LEASE_EXPIRED'") == 0
+    )
+    assert hot_rows(shard_dsns) == []
+    assert b.metric(SUCCEEDED) == len(long) + len(queued)
+
+
+# -- 5b. SIGTERM: the last outcomes, and a shard that is down ------------------------------------
+
+
+def test_sigterm_records_jobs_that_finish_within_the_grace(
+    procs: ProcessHarness, sink: FaultSink, shard_dsns: list[str]
+) -> None:
+    a = procs.worker("worker-a", stop_grace_seconds=10).wait_ready()
+    jobs = [job_on(i % SHARDS, sink.url, payload={"sleep": 1.0 + i / 4}) for i in range(4)]
+    create_jobs(shard_dsns, jobs)
+    wait_for(
+        lambda: {text_id(p) for p in jobs} <= sink.job_ids(attempt=1),
+        timeout=20,
+        what="worker-a firing its jobs",
+    )
+    assert a.terminate(timeout=30) == 0
+    # Nobody else runs: what worker-a did not write before exiting is still RUNNING.
+    assert hot_rows(shard_dsns) == []
+    assert history(shard_dsns, jobs) == {text_id(p): [("SUCCEEDED", 1)] for p in jobs}
+
+
+def test_sigterm_while_a_shard_is_down_still_exits(
+    own_servers: list[PgServer], own_procs: ProcessHarness, sink: FaultSink
+) -> None:
+    dsns = own_procs.shards
+    down = 1
+    a = own_procs.worker("worker-a", stop_grace_seconds=2).wait_ready()
+    jobs = [job_on(down, sink.url, payload={"sleep": 1.0 + i}) for i in range(2)]
+    create_jobs(dsns, jobs)
+    wait_for(
+        lambda: {text_id(p) for p in jobs} <= sink.job_ids(attempt=1),
+        timeout=20,
+        what="worker-a firing its jobs",
+    )
+    own_servers[down].stop()
+    wait_for(
+        lambda: all(f.answered_at for f in sink.snapshot()), timeout=10, what="the sink answering"
+    )
+    # The outcomes cannot be written; a graceful stop must still end (the
+    # leases will run out and the jobs run again: at least once).
+    assert a.terminate(timeout=15) == 0
+    own_servers[down].start()
+    b = own_procs.worker("worker-b").wait_ready()
+    wait_for(lambda: finished(dsns, jobs) == len(jobs), timeout=30, what="worker-b finishing")
+    assert {k: [s for s, _ in v] for k, v in history(dsns, jobs).items()} == {
+        text_id(p): ["SUCCEEDED"] for p in jobs
+    }
+    assert b.alive()
+
+
+# -- 6. a shard that refuses writes for a while -----------------------------------------------
+
+
+def set_read_only(dsn: str, on: bool) -> None:
+    """Make a shard's database refuse writes (as a standby would), or accept
+    them again; its current sessions are ended so that clients reconnect."""
+    admin, name = dsn.rsplit("/", 1)
+    with psycopg.connect(f"{admin}/postgres", autocommit=True) as conn:
+        setting = (
+            "SET default_transaction_read_only = on"
+            if on
+            else "RESET default_transaction_read_only"
+        )
+        conn.execute(sql.SQL("ALTER DATABASE {} " + setting).format(sql.Identifier(name)))
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
+
+
+def test_worker_resumes_a_shard_that_refused_writes_for_a_while(
+    procs: ProcessHarness, sink: FaultSink, shard_dsns: list[str]
+) -> None:
+    down = 1
+    w = procs.worker("worker-a").wait_ready()
+    due = datetime.now(UTC) + timedelta(seconds=2)
+    jobs = [
+        job_on(s, sink.url, run_at=due, max_attempts=10) for s in range(SHARDS) for _ in range(2)
+    ]
+    create_jobs(shard_dsns, jobs)
+    # A database that refuses writes: a standby, or an operator's freeze.
+    # Claims, heartbeats and completions there fail; nothing else should.
+    set_read_only(shard_dsns[down], True)
+    time.sleep(4)  # the fault itself
+    set_read_only(shard_dsns[down], False)
+    wait_for(
+        lambda: finished(shard_dsns, jobs) == len(jobs), timeout=15, what="every job to finish"
+    )
+    assert history(shard_dsns, jobs) == {text_id(p): [("SUCCEEDED", 1)] for p in jobs}
+    assert w.alive()
