@@ -32,7 +32,7 @@ run: setup
 	$(BIN)/vakit up --demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check cluster shardmap tests benchmarks
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 unit: setup

@@ -85,6 +85,21 @@ def run_demo(api: str, token: str, stop: threading.Event) -> None:
         if i == 0:
             status, again = _call(api, token, "POST", "/api/v1/jobs", body, key=f"demo-{now:%H%M%S}-{i}")
             print(f"  POST /jobs again, same Idempotency-Key -> {status} {again} (no new job)", flush=True)
+    cron = {
+        "name": f"demo-every-minute-{now:%H%M%S}",
+        "schedule": "* * * * *",
+        "timeZone": "Europe/Istanbul",
+        "target": {"kind": "HTTP", "url": url},
+        "payload": {"report": "heartbeat"},
+        "misfirePolicy": "SKIP",
+        "concurrency": "FORBID",
+    }
+    status, out = _call(api, token, "POST", "/api/v1/cron-jobs", cron)
+    print(
+        f"  POST /cron-jobs '* * * * *' Europe/Istanbul -> {status} cronJobId={out.get('cronJobId')} "
+        f"nextFireAt={out.get('nextFireAt')} (it fires every minute while the cluster runs)",
+        flush=True,
+    )
     print("\nwaiting for the firings…\n", flush=True)
     deadline = datetime.now(UTC) + timedelta(seconds=45)
     states: dict[str, str] = {}

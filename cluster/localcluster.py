@@ -55,6 +55,7 @@ class LocalCluster:
     broker: Any = field(default=None, init=False)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list, init=False)
     token: str = field(default="", init=False)
+    worker_ports: list[int] = field(default_factory=list, init=False)
     state: dict[str, Any] = field(default_factory=dict, init=False)
 
     def say(self, text: str) -> None:
@@ -126,9 +127,11 @@ class LocalCluster:
             self.api_port = find_free_port()
         self._spawn("api", {**env, "VAKIT_API_PORT": str(self.api_port)})
         for w in range(self.workers):
+            port = find_free_port()
+            self.worker_ports.append(port)
             self._spawn(
                 f"worker-{w}",
-                {**env, "VAKIT_WORKER_ID": f"local-worker-{w}", "VAKIT_METRICS_PORT": str(find_free_port())},
+                {**env, "VAKIT_WORKER_ID": f"local-worker-{w}", "VAKIT_METRICS_PORT": str(port)},
             )
 
     def _env(self) -> dict[str, str]:
@@ -156,8 +159,11 @@ class LocalCluster:
         self.procs.append(proc)
 
     def wait_ready(self, timeout: float = 90.0) -> dict[str, Any]:
+        """Until the API is ready (every shard migrated and polled) and every
+        worker has polled all its shards."""
         deadline = time.monotonic() + timeout
         last: Any = None
+        urls = [self.api_url + "/readyz"] + [f"http://127.0.0.1:{p}/readyz" for p in self.worker_ports]
         while time.monotonic() < deadline:
             for proc in self.procs:
                 if proc.poll() is not None:
@@ -165,10 +171,13 @@ class LocalCluster:
                         f"a process exited early ({proc.args!r}); see {self.data_dir / 'logs'}"
                     )
             try:
-                with urllib.request.urlopen(self.api_url + "/readyz", timeout=2) as resp:
-                    return dict(json.loads(resp.read()))
+                answers = []
+                for url in urls:
+                    with urllib.request.urlopen(url, timeout=2) as resp:
+                        answers.append(json.loads(resp.read()))
+                return dict(answers[0])
             except urllib.error.HTTPError as exc:
-                last = exc.read().decode(errors="replace")
+                last = f"{exc.url}: {exc.read().decode(errors='replace')}"
             except OSError as exc:
                 last = exc
             time.sleep(0.25)
