@@ -215,19 +215,34 @@ def create_app(
     # -- request accounting and body limit ----------------------------------
 
     max_body = settings.max_payload_bytes + 16 * 1024
+    in_flight = 0
 
     @app.middleware("http")
     async def _account(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
+        nonlocal in_flight
         started = time.perf_counter()
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > max_body:
             response: Response = problem(
                 413, "Payload too large", f"request body is larger than {max_body} bytes"
             )
+        elif in_flight >= settings.api_max_concurrency and request.url.path.startswith("/api/"):
+            # Overload is refused early and cheaply, with a hint when to come
+            # back, rather than queued until every client times out.
+            response = problem(
+                429,
+                "Too many requests",
+                "this API process is at its concurrency limit; retry shortly",
+                retry_after=1,
+            )
         else:
-            response = await call_next(request)
+            in_flight += 1
+            try:
+                response = await call_next(request)
+            finally:
+                in_flight -= 1
         route = request.scope.get("route")
         path = getattr(route, "path", "unmatched")
         metrics.API_REQUESTS.labels(request.method, path, str(response.status_code)).inc()

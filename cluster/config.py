@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = Field(8080, ge=0, le=65535)
     max_payload_bytes: int = Field(64 * 1024, ge=1)
+    api_max_concurrency: int = Field(
+        256, ge=1, description="Requests served at once per API process; more get 429."
+    )
     http_target_allow: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Hosts and CIDRs that HTTP targets may reach; empty means any public host.",

@@ -275,3 +275,31 @@ async def test_openapi_and_ops_endpoints(api: httpx.AsyncClient) -> None:
     assert all(s["migrated"] and s["workers"] == 0 for s in ready.json()["shards"])
     metrics = (await api.get("/metrics")).text
     assert "vakit_api_requests_total" in metrics
+
+
+async def test_overload_is_429_with_retry_after(shard_dsns: list[str]) -> None:
+    settings = settings_for(shard_dsns, api_max_concurrency=2)
+    app = create_app(settings)
+    store = app.state.ctx.store
+    gate = asyncio.Event()
+    real_get = store.get_job
+
+    async def slow_get(*args: Any, **kwargs: Any) -> Any:
+        await gate.wait()  # hold the request in flight
+        return await real_get(*args, **kwargs)
+
+    store.get_job = slow_get
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            jid = (await client.post("/api/v1/jobs", json=body(), headers=A)).json()["jobId"]
+            held = [asyncio.create_task(client.get(f"/api/v1/jobs/{jid}", headers=A)) for _ in range(2)]
+            await asyncio.sleep(0.1)
+            before = count_jobs(shard_dsns)
+            r = await client.post("/api/v1/jobs", json=body(), headers=A)
+            assert r.status_code == 429 and r.headers["Retry-After"] == "1"
+            assert r.headers["content-type"].startswith("application/problem+json")
+            assert count_jobs(shard_dsns) == before
+            gate.set()
+            assert [t.status_code for t in await asyncio.gather(*held)] == [200, 200]
+            assert (await client.post("/api/v1/jobs", json=body(), headers=A)).status_code == 201
