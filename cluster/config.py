@@ -73,7 +73,9 @@ class Settings(BaseSettings):
     metrics_port: int = Field(0, ge=0, le=65535, description="Worker /metrics port; 0 picks one.")
     metrics_host: str = "127.0.0.1"
     claim_batch: int = Field(100, ge=1, le=5000)
-    max_inflight: int = Field(1000, ge=1)
+    max_inflight: int = Field(
+        5000, ge=1, description="Jobs claimed and not finished (prefetched ones included)."
+    )
     poll_interval: float = Field(0.5, gt=0)
     complete_batch: int = Field(500, ge=1)
     complete_linger: float = Field(0.005, ge=0)
@@ -81,7 +83,11 @@ class Settings(BaseSettings):
     lease_grace_seconds: float = Field(10.0, ge=0)
     heartbeat_interval: float | None = Field(None, gt=0, description="Default: lease / 3.")
     reaper_interval: float = Field(5.0, gt=0)
-    prefetch_seconds: float = Field(0.0, ge=0, description="Claim jobs this far before due.")
+    prefetch_seconds: float = Field(
+        1.0,
+        ge=0,
+        description="Claim jobs this far before due and fire each at its run_at (preloading).",
+    )
     backoff_base: float = Field(5.0, gt=0)
     backoff_max: float = Field(3600.0, gt=0)
     stop_grace_seconds: float = Field(20.0, ge=0)

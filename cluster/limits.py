@@ -79,6 +79,7 @@ def target_key(target: dict[str, object]) -> str:
 class TargetLimiter:
     def __init__(self, limits: dict[str, Limit]) -> None:
         self._limits = limits
+        self.limits = bool(limits)  # False: the worker skips the limiter entirely
         self._sems: dict[str, asyncio.Semaphore] = {}
         self._buckets: dict[str, TokenBucket] = {}
         self._waiting: dict[str, int] = {}

@@ -8,7 +8,9 @@ never a 500.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime, timedelta
@@ -41,7 +43,11 @@ from cluster.model import (
 )
 from cluster.sql import QUERIES
 
-__all__ = ["PgStore"]
+__all__ = ["BACKLOG_CAP", "PgStore"]
+
+BACKLOG_CAP = 1_000_000
+# A connection back from use this recently is not checked again before reuse.
+_FRESH_SECONDS = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +80,7 @@ class PgStore:
         if not dsns:
             raise ValueError("at least one shard DSN is needed (VAKIT_SHARDS)")
         self.shard_count = len(dsns)
+        self._returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         self._pools = [
             AsyncConnectionPool(
                 dsn,
@@ -83,8 +90,11 @@ class PgStore:
                 open=False,
                 name=f"{name}-shard{i}",
                 # A connection that died with its server (restart, failover)
-                # is noticed before use, not by the statement that needs it.
-                check=AsyncConnectionPool.check_connection,
+                # is noticed before use, not by the statement that needs it;
+                # only idle ones are checked, a round trip per checkout was
+                # a tenth of a worker's CPU in a wave.
+                check=self._check_if_idle,
+                reset=self._stamp,
                 # The background refill gives up after a minute; connections
                 # are still made on demand, so a shard that comes back later
                 # is used again.
@@ -93,6 +103,15 @@ class PgStore:
             )
             for i, dsn in enumerate(dsns)
         ]
+
+    async def _stamp(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self._returned[conn] = time.monotonic()
+
+    async def _check_if_idle(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        last = self._returned.get(conn)
+        if last is not None and time.monotonic() - last < _FRESH_SECONDS:
+            return
+        await AsyncConnectionPool.check_connection(conn)
 
     async def open(self) -> None:
         for pool in self._pools:
@@ -277,7 +296,8 @@ class PgStore:
                 "delays": [r.retry_delay for r in results],
                 "started": [r.started_at for r in results],
                 "lateness": [r.lateness_seconds for r in results],
-                "workers": [r.worker for r in results],
+                # One worker writes a batch: a scalar, not an array of copies.
+                "worker": results[0].worker if results else None,
                 "now": params.now,
             },
         )
@@ -315,7 +335,7 @@ class PgStore:
         return len(rows)
 
     async def backlog(self, shard: int, now: datetime | None = None) -> BacklogStats:
-        rows = await self._fetch(shard, "backlog", {"now": now})
+        rows = await self._fetch(shard, "backlog", {"now": now, "cap": BACKLOG_CAP})
         return BacklogStats(due=rows[0]["due"], oldest_due_age_seconds=float(rows[0]["oldest_age"]))
 
     async def revoke_replaced(self, shard: int, cron_id: uuid.UUID, keep: uuid.UUID) -> int:

@@ -51,6 +51,10 @@ _DRAINED: Any = object()
 log = logging.getLogger(__name__)
 
 
+def _log_fields(job: ClaimedJob, shard: int) -> dict[str, Any]:
+    return {"job_id": shardmap.encode_id("job", job.id), "shard": shard, "attempt": job.attempt}
+
+
 def _cron_label(job: ClaimedJob) -> str:
     return shardmap.encode_id("cron", job.cron_id) if job.cron_id else "-"
 
@@ -100,6 +104,7 @@ class Worker:
         self._capacity = asyncio.Event()
         self._stopping = asyncio.Event()
         self._stop_deadline = float("inf")
+        self._lateness_children: dict[tuple[int, str], Any] = {}
         self.polling = asyncio.Event()  # set once every claim loop has polled once
         self._polled: set[int] = set()
         self._tasks: list[asyncio.Task[None]] = []
@@ -183,53 +188,67 @@ class Worker:
 
     # -- fire --------------------------------------------------------------------
 
+    def _lateness_metric(self, shard: int, kind: str) -> Any:
+        # labels() costs a dict lookup and string work per call; a wave calls
+        # it per job, so the children are kept.
+        key = (shard, kind)
+        child = self._lateness_children.get(key)
+        if child is None:
+            child = self._lateness_children[key] = metrics.START_LATENESS.labels(str(shard), kind)
+        return child
+
     async def _run_job(self, entry: InFlight) -> None:
         job = entry.job
         shard = entry.shard
-        job_id = shardmap.encode_id("job", job.id)
-        logx = {"job_id": job_id, "shard": shard, "attempt": job.attempt}
         try:
             # A prefetched job waits for its moment with its lease held.
             delay = (job.run_at - self.clock.now()).total_seconds()
             if delay > 0:
                 await asyncio.sleep(delay)
-            target = self.targets.get(job.target_kind)
-            async with self.limiter.slot(target_key(job.target)):
-                if entry.lost:
-                    return
-                started = self.clock.now()
-                lateness = (started - job.run_at).total_seconds()
-                if job.deadline_at is not None and started > job.deadline_at:
-                    # A cron occurrence that can no longer start in time is
-                    # dropped and counted, not fired late.
-                    metrics.CRON_MISSED.labels(_cron_label(job), "starting_deadline").inc()
-                    self._shards[shard].results.put_nowait(
-                        self._result_for(entry, FireResult.skip("starting deadline passed"), started, lateness)
-                    )
-                    return
-                if job.concurrency == "REPLACE" and job.cron_id is not None:
-                    await self.store.revoke_replaced(shard, job.cron_id, job.id)
-                metrics.START_LATENESS.labels(str(shard), job.target_kind).observe(max(0.0, lateness))
-                entry.fired = True
-                if target is None:
-                    result = FireResult.permanent(f"no target of kind {job.target_kind!r} here")
-                else:
-                    try:
-                        async with asyncio.timeout(job.timeout_seconds):
-                            result = await target.fire(job, job_id, float(job.timeout_seconds))
-                    except TimeoutError:
-                        result = FireResult.retry(f"timed out after {job.timeout_seconds} s")
-                    except Exception as exc:  # a target bug must not kill the worker
-                        log.exception("target raised", extra=logx)
-                        result = FireResult.retry(f"{type(exc).__name__}: {exc}")
-            if entry.lost:
-                return
-            self._shards[shard].results.put_nowait(self._result_for(entry, result, started, lateness))
+            if self.limiter.limits:
+                async with self.limiter.slot(target_key(job.target)):
+                    outcome = await self._fire(entry)
+            else:
+                outcome = await self._fire(entry)
+            if outcome is not None and not entry.lost:
+                self._shards[shard].results.put_nowait(outcome)
         except Exception:  # never let one job's bug leave it in flight forever
-            log.exception("job task failed", extra=logx)
+            log.exception("job task failed", extra=_log_fields(job, shard))
             self._shards[shard].results.put_nowait(
                 self._result_for(entry, FireResult.retry("worker error"), self.clock.now(), 0.0)
             )
+
+    async def _fire(self, entry: InFlight) -> JobResult | None:
+        job = entry.job
+        shard = entry.shard
+        if entry.lost:
+            return None
+        started = self.clock.now()
+        lateness = (started - job.run_at).total_seconds()
+        if job.deadline_at is not None and started > job.deadline_at:
+            # A cron occurrence that can no longer start in time is dropped
+            # and counted, not fired late.
+            metrics.CRON_MISSED.labels(_cron_label(job), "starting_deadline").inc()
+            return self._result_for(entry, FireResult.skip("starting deadline passed"), started, lateness)
+        if job.concurrency == "REPLACE" and job.cron_id is not None:
+            await self.store.revoke_replaced(shard, job.cron_id, job.id)
+        self._lateness_metric(shard, job.target_kind).observe(max(0.0, lateness))
+        entry.fired = True
+        target = self.targets.get(job.target_kind)
+        if target is None:
+            result = FireResult.permanent(f"no target of kind {job.target_kind!r} here")
+        else:
+            try:
+                async with asyncio.timeout(job.timeout_seconds):
+                    result = await target.fire(
+                        job, shardmap.encode_id("job", job.id), float(job.timeout_seconds)
+                    )
+            except TimeoutError:
+                result = FireResult.retry(f"timed out after {job.timeout_seconds} s")
+            except Exception as exc:  # a target bug must not kill the worker
+                log.exception("target raised", extra=_log_fields(job, shard))
+                result = FireResult.retry(f"{type(exc).__name__}: {exc}")
+        return self._result_for(entry, result, started, lateness)
 
     def _result_for(
         self, entry: InFlight, result: FireResult, started: datetime, lateness: float
@@ -300,22 +319,27 @@ class Worker:
                 log.warning("completion failed, retrying: %s", exc, extra={"shard": shard})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+        succeeded: dict[str, int] = {}
         for res in batch:
             entry = state.inflight.pop(res.lease.id, None)
             kind = entry.job.target_kind if entry else "?"
+            if res.lease.id in written and res.outcome is Outcome.SUCCEEDED:
+                # The common case stays cheap: counted once per batch, no log line.
+                succeeded[kind] = succeeded.get(kind, 0) + 1
+                continue
             job_id = shardmap.encode_id("job", res.lease.id)
             extra = {"job_id": job_id, "shard": shard, "attempt": res.lease.attempt}
             if res.lease.id not in written:
                 metrics.FENCED.labels(str(shard), "complete").inc()
                 log.warning("completion fenced: the job was no longer ours", extra=extra)
-            elif res.outcome is Outcome.SUCCEEDED:
-                metrics.COMPLETED.labels(str(shard), kind).inc()
             elif res.outcome is Outcome.RETRY:
                 metrics.RETRIED.labels(str(shard), kind).inc()
                 log.info("attempt failed, retrying in %.1fs: %s", res.retry_delay, res.error, extra=extra)
             else:
                 metrics.FAILED.labels(str(shard), kind).inc()
                 log.warning("job failed for good: %s", res.error, extra=extra)
+        for kind, n in succeeded.items():
+            metrics.COMPLETED.labels(str(shard), kind).inc(n)
         metrics.INFLIGHT.labels(str(shard)).set(len(state.inflight))
         self._capacity.set()
         return len(written)
