@@ -154,17 +154,31 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await store.open()
-        if settings.zk:
-            from cluster.zkcoord import ZkClusterView
-
-            ctx.view = ZkClusterView(settings.zk)
-            await asyncio.to_thread(ctx.view.start)
+        connecting = asyncio.create_task(connect_view()) if settings.zk else None
         try:
             yield
         finally:
+            if connecting is not None:
+                connecting.cancel()
             if ctx.view is not None:
                 await asyncio.to_thread(ctx.view.stop)
             await store.close()
+
+    async def connect_view() -> None:
+        """The API serves jobs without ZooKeeper; its cluster view connects in
+        the background and is used once it has."""
+        from cluster.zkcoord import ZkClusterView
+
+        assert settings.zk
+        while True:
+            view = ZkClusterView(settings.zk)
+            try:
+                await asyncio.to_thread(view.start)
+                ctx.view = view
+                return
+            except VakitError as exc:
+                log.warning("cluster view: ZooKeeper unreachable, retrying: %s", exc)
+                await asyncio.sleep(2.0)
 
     app = FastAPI(
         title="Vakit",
@@ -353,7 +367,7 @@ def create_app(
         """Members, shard owners and leaders, backlog and oldest due age per shard."""
         from cluster.status import cluster_status
 
-        return await cluster_status(settings, store, ctx.view)
+        return await cluster_status(settings, store, ctx.view, may_connect=False)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_endpoint() -> Response:

@@ -143,6 +143,9 @@ class LeaderLoop:
                 total += await self.task.run_once(shard)
             except VakitError as exc:
                 log.warning("%s failed: %s", self.task.name, exc, extra={"shard": shard})
+            except Exception:
+                # One shard's failure must not skip the others this round.
+                log.exception("%s error", self.task.name, extra={"shard": shard})
         return total
 
     async def run(self, stopping: asyncio.Event) -> None:

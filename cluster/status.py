@@ -21,28 +21,51 @@ _SEEN_SECONDS = 15.0
 
 
 async def cluster_status(
-    settings: Settings, store: PgStore | None = None, view: Any | None = None
+    settings: Settings,
+    store: PgStore | None = None,
+    view: Any | None = None,
+    *,
+    may_connect: bool = True,
 ) -> dict[str, Any]:
+    """``view``: a started ZkClusterView, or None to connect one here when
+    ``may_connect`` (the CLI); the API passes its own, or None while it is
+    still connecting, and the report then says coordination is unavailable."""
     own_store = store is None
     if store is None:
         store = PgStore(settings.shards, min_size=0, max_size=2, timeout=settings.connect_timeout)
         await store.open()
     own_view = False
+    unreachable = False
     if view is None and settings.zk:
         from cluster.zkcoord import ZkClusterView
 
-        view = ZkClusterView(settings.zk)
-        await asyncio.to_thread(view.start)
-        own_view = True
+        if may_connect:
+            candidate = ZkClusterView(settings.zk, timeout=5.0)
+            try:
+                await asyncio.to_thread(candidate.start)
+                view, own_view = candidate, True
+            except VakitError:
+                unreachable = True
+        else:
+            unreachable = True
     try:
         shards: list[dict[str, Any]] = []
         members: list[dict[str, Any]] = []
+        coordination = "zookeeper" if view is not None else "static"
+        if unreachable:
+            coordination = "unavailable"
+        zk_shards: dict[int, Any] = {}
         if view is not None:
-            members = [
-                {"id": m.id, "host": m.host, "pid": m.pid, "version": m.version, "startedAt": m.started_at}
-                for m in await asyncio.to_thread(view.members)
-            ]
-            zk_shards = {s.shard: s for s in await asyncio.to_thread(view.shards, store.shard_count)}
+            try:
+                members = [
+                    {"id": m.id, "host": m.host, "pid": m.pid, "version": m.version, "startedAt": m.started_at}
+                    for m in await asyncio.to_thread(view.members)
+                ]
+                zk_shards = {s.shard: s for s in await asyncio.to_thread(view.shards, store.shard_count)}
+            except VakitError:
+                # ZooKeeper is away: owners and leaders are unknown, but the
+                # backlog (what the on-call needs most) still comes from the shards.
+                coordination = "unavailable"
         seen_all: set[str] = set()
         for shard in range(store.shard_count):
             entry: dict[str, Any] = {"shard": shard, "owners": [], "leader": None}
@@ -53,19 +76,21 @@ async def cluster_status(
             except VakitError as exc:
                 entry.update(backlog=None, oldestDueAgeSeconds=None, error=exc.message)
                 seen = []
-            if view is not None:
+            seen_all.update(seen)
+            if coordination == "zookeeper":
                 zs = zk_shards.get(shard)
                 entry.update(owners=list(zs.owners) if zs else [], leader=zs.leader if zs else None)
             else:
+                # Without ZooKeeper's word, the owners shown are the workers
+                # that polled the shard lately (they keep claiming meanwhile).
                 entry.update(owners=seen, leader=None)
-                seen_all.update(seen)
             shards.append(entry)
-        if view is None:
+        if coordination != "zookeeper":
             members = [
                 {"id": w, "host": None, "pid": None, "version": None, "startedAt": None}
                 for w in sorted(seen_all)
             ]
-        return {"coordination": "zookeeper" if view is not None else "static", "members": members, "shards": shards}
+        return {"coordination": coordination, "members": members, "shards": shards}
     finally:
         if own_view and view is not None:
             await asyncio.to_thread(view.stop)
