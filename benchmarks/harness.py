@@ -1,0 +1,582 @@
+"""The benchmark cluster: PostgreSQL shards and the worker, API and sink
+processes, plus a sampler of their memory and CPU.
+
+Everything :class:`BenchCluster` starts it also stops, in reverse order, when
+its ``with`` block ends, whether by success, an exception or Ctrl-C: the
+processes run in their own sessions, so a terminal's Ctrl-C reaches only the
+harness, which then stops them in order instead of leaving orphans.
+
+Workers run without ZooKeeper (``VAKIT_ZK`` is not passed on unless given
+with ``--env``): every worker polls every shard, as a small cluster would.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+import psutil
+import psycopg
+from psycopg.rows import dict_row
+
+from benchmarks.sql import query
+from cluster.migrate import migrate_shard
+from cluster.pgserver import PgServer, find_free_port
+
+__all__ = [
+    "REPO_ROOT",
+    "BenchCluster",
+    "ClusterSpec",
+    "ProcessSampler",
+    "WindowUsage",
+    "parse_env_pairs",
+    "setup_logging",
+    "terminate_on_sigterm",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+log = logging.getLogger("benchmarks.harness")
+
+# Variables a benchmark must not inherit from the shell: coordination would
+# change who polls what, and a config file could override the knobs we set.
+_NOT_INHERITED = ("VAKIT_ZK", "VAKIT_CONFIG")
+
+
+def setup_logging(verbose: bool) -> None:
+    """Warnings only by default (a run prints one summary line); ``verbose``
+    adds the harness's progress, which helps on a long run."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    if verbose:
+        logging.getLogger("benchmarks").setLevel(logging.INFO)
+
+
+def parse_env_pairs(items: list[str]) -> dict[str, str]:
+    """``["VAKIT_COMPLETE_BATCH=1000", …]`` from repeated ``--env`` options."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("VAKIT_"):
+            raise ValueError(f"--env expects VAKIT_NAME=value, got {item!r}")
+        out[key] = value
+    return out
+
+
+@contextmanager
+def terminate_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt for the duration, so ``kill`` stops
+    a benchmark as cleanly as Ctrl-C does (the ``finally`` blocks run)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@dataclass
+class ClusterSpec:
+    out: Path
+    shards: int = 2
+    workers: int = 2
+    dsns: list[str] = field(default_factory=list)  # given: no PostgreSQL is started
+    worker_env: dict[str, str] = field(default_factory=dict)  # VAKIT_* knobs
+    pg_settings: dict[str, str] = field(default_factory=dict)
+    keep_data: bool = False
+    statement_stats: bool = False  # load pg_stat_statements and report the top statements
+    profile_workers: bool = False  # py-spy every worker during the measured window
+
+
+@dataclass
+class _Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    log: IO[bytes]
+
+
+def _http_ok(url: str, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return 200 <= resp.status < 300
+    except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the response (and its socket) open
+        return False
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class BenchCluster:
+    """Shards and processes for one benchmark run; use as a context manager."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self.log_dir = spec.out / "logs"
+        self.dsns: list[str] = list(spec.dsns)
+        self.pg: list[PgServer] = []
+        self.data_dir: Path | None = None
+        self._procs: list[_Proc] = []
+        self._profilers: list[tuple[subprocess.Popen[bytes], Path]] = []
+        self.metrics_ports: list[int] = []
+        self.sink_url: str | None = None
+        self.api_url: str | None = None
+        self.api_token: str | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def __enter__(self) -> BenchCluster:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start_shards(self) -> list[str]:
+        """Start (or take the given) shards and bring their schema up to date."""
+        started = time.monotonic()
+        if not self.dsns:
+            tmp = os.environ.get("VAKIT_BENCH_TMP")  # default: the system's temp dir
+            base = Path(tempfile.mkdtemp(prefix="vakit-bench-pg-", dir=tmp))
+            # PostgreSQL runs as 'postgres' and must traverse the directory.
+            base.chmod(0o755)
+            self.data_dir = base
+            settings = dict(self.spec.pg_settings)
+            if self.spec.statement_stats:
+                settings.setdefault("shared_preload_libraries", "pg_stat_statements")
+            self.pg = [
+                PgServer(base / f"shard{i}", durable=False, extra_settings=settings)
+                for i in range(self.spec.shards)
+            ]
+            # initdb dominates a small run's setup: do the shards side by side.
+            with ThreadPoolExecutor(max_workers=len(self.pg)) as pool:
+                list(pool.map(lambda s: s.start(), self.pg))
+            self.dsns = [s.dsn for s in self.pg]
+        for shard, dsn in enumerate(self.dsns):
+            migrate_shard(dsn, shard)
+            if self.spec.statement_stats:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute(query("create_statement_stats"))
+        log.info("%d shards ready in %.1f s", len(self.dsns), time.monotonic() - started)
+        return self.dsns
+
+    def stop_processes(self) -> None:
+        """Stop the workers, API and sink (SIGTERM: a graceful stop, then
+        SIGKILL after 30 s); the shards keep running."""
+        started = time.monotonic()
+        for proc in self._procs:
+            if proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for proc in self._procs:
+            try:
+                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait()
+            proc.log.close()
+        if self._procs:
+            log.info("processes stopped in %.1f s", time.monotonic() - started)
+        self._procs.clear()
+        self.metrics_ports.clear()
+
+    def stop(self) -> None:
+        # Processes first (workers release what they hold), PostgreSQL last.
+        self.stop_profilers()
+        self.stop_processes()
+        for server in self.pg:
+            server.stop("fast")
+        self.pg.clear()
+        if self.data_dir is not None and not self.spec.keep_data:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    # -- processes ---------------------------------------------------------------
+
+    def base_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+        env.update(
+            VAKIT_SHARDS=",".join(self.dsns),
+            VAKIT_ENABLE_NOOP_TARGET="true",
+            VAKIT_ALLOW_PRIVATE_TARGETS="true",  # the sink listens on loopback
+        )
+        env.update(self.spec.worker_env)
+        return env
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> _Proc:
+        log_path = self.log_dir / f"{name}.log"
+        log = open(log_path, "ab")  # noqa: SIM115 - closed in stop(), after the child exits
+        popen = subprocess.Popen(
+            [sys.executable, *args],
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        proc = _Proc(name, popen, log_path, log)
+        self._procs.append(proc)
+        return proc
+
+    def start_sink(self) -> str:
+        """A fast HTTP target in its own process (benchmarks.sink)."""
+        port = find_free_port()
+        proc = self._spawn("sink", ["-m", "benchmarks.sink", "--port", str(port)], dict(os.environ))
+        self.sink_url = f"http://127.0.0.1:{port}/fire"
+        self._wait(lambda: _http_ok(f"http://127.0.0.1:{port}/count"), [proc], 30, "the sink")
+        return self.sink_url
+
+    def sink_count(self) -> int:
+        """Firings the sink has answered."""
+        assert self.sink_url is not None
+        url = self.sink_url.rsplit("/", 1)[0] + "/count"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return int(resp.read())
+
+    def start_workers(self) -> None:
+        started = time.monotonic()
+        env = self.base_env()
+        procs = []
+        for i in range(self.spec.workers):
+            port = find_free_port()
+            self.metrics_ports.append(port)
+            worker_env = {
+                **env,
+                "VAKIT_WORKER_ID": f"bench-worker-{i}",
+                "VAKIT_METRICS_PORT": str(port),
+            }
+            procs.append(self._spawn(f"worker-{i}", ["-m", "cluster.cli", "worker"], worker_env))
+        # /readyz turns 200 once every claim loop has polled its shard once.
+        self._wait(
+            lambda: all(_http_ok(f"http://127.0.0.1:{p}/readyz") for p in self.metrics_ports),
+            procs,
+            60,
+            "the workers",
+        )
+        log.info("%d workers polling in %.1f s", len(procs), time.monotonic() - started)
+
+    def start_api(self, owner: str) -> tuple[str, str]:
+        """The API with one bearer token for ``owner``; returns (url, token)."""
+        started = time.monotonic()
+        port = find_free_port()
+        self.api_token = secrets.token_urlsafe(18)
+        env = {
+            **self.base_env(),
+            "VAKIT_API_TOKENS": f"{self.api_token}={owner}",
+            "VAKIT_API_PORT": str(port),
+        }
+        proc = self._spawn("api", ["-m", "cluster.cli", "api"], env)
+        self.api_url = f"http://127.0.0.1:{port}"
+        # /readyz also needs a worker beat on every shard: start workers first.
+        self._wait(lambda: _http_ok(f"{self.api_url}/readyz"), [proc], 60, "the API")
+        log.info("API ready in %.1f s", time.monotonic() - started)
+        return self.api_url, self.api_token
+
+    def _wait(self, ready: Any, procs: list[_Proc], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            for proc in procs:
+                if proc.popen.poll() is not None:
+                    raise RuntimeError(
+                        f"{proc.name} exited with {proc.popen.returncode} while starting; "
+                        f"log {proc.log_path}:\n{_tail(proc.log_path)}"
+                    )
+            if time.monotonic() > deadline:
+                tails = "\n".join(f"--- {p.name}\n{_tail(p.log_path)}" for p in procs)
+                raise TimeoutError(f"{what} not ready after {timeout:.0f} s\n{tails}")
+            time.sleep(0.1)
+
+    def check_alive(self) -> None:
+        """Raise if a process we started has died (a crash mid-run)."""
+        for proc in self._procs:
+            if proc.popen.poll() is not None:
+                raise RuntimeError(
+                    f"{proc.name} exited with {proc.popen.returncode}; "
+                    f"log {proc.log_path}:\n{_tail(proc.log_path)}"
+                )
+
+    def worker_counters(self) -> dict[str, float]:
+        """Vakit counters summed over the workers (from their /metrics)."""
+        totals: dict[str, float] = {}
+        for port in self.metrics_ports:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+            for line in text.splitlines():
+                if not line.startswith("vakit_") or "_total" not in line:
+                    continue
+                name = line.split("{", 1)[0].split(" ", 1)[0]
+                totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        return totals
+
+    def finished_jobs(self) -> int:
+        """Jobs the workers have written a final outcome for."""
+        c = self.worker_counters()
+        return int(c.get("vakit_jobs_succeeded_total", 0) + c.get("vakit_jobs_failed_total", 0))
+
+    def wait_finished(
+        self, expected: int, *, timeout: float, stall: float = 60.0, poll: float = 0.5
+    ) -> int:
+        """Wait until the workers have finished ``expected`` jobs; give up after
+        ``timeout`` s, or once nothing has finished for ``stall`` s (a stuck
+        run is reported, not waited on for ever). Returns the count seen."""
+        deadline = time.monotonic() + timeout
+        last, last_change = -1, time.monotonic()
+        while True:
+            self.check_alive()
+            done = self.finished_jobs()
+            now = time.monotonic()
+            if done >= expected or now > deadline:
+                return done
+            if done != last:
+                last, last_change = done, now
+            elif now - last_change > stall:
+                return done
+            time.sleep(poll)
+
+    # -- worker profile ------------------------------------------------------------
+
+    def start_profilers(self) -> None:
+        """Attach py-spy to every worker (CPU samples only: idle waits are not
+        recorded, so sample counts are proportional to CPU time)."""
+        if not self.spec.profile_workers:
+            return
+        pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        for proc in self._procs:
+            if not proc.name.startswith("worker"):
+                continue
+            path = self.spec.out / f"profile-{proc.name}.txt"
+            args = [pyspy, "record", "--pid", str(proc.popen.pid), "--format", "raw"]
+            # --nonblocking: do not pause the worker for each sample.
+            args += ["--function", "--nonblocking", "--rate", "100", "-o", str(path)]
+            popen = subprocess.Popen(args, stdout=proc.log, stderr=proc.log, start_new_session=True)
+            self._profilers.append((popen, path))
+
+    def stop_profilers(self) -> list[Path]:
+        """Stop py-spy (it writes its file on SIGINT); returns the files."""
+        paths = []
+        for popen, path in self._profilers:
+            if popen.poll() is None:
+                popen.send_signal(signal.SIGINT)
+            try:
+                popen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait()
+            if path.exists():
+                paths.append(path)
+        self._profilers.clear()
+        return paths
+
+    # -- SQL profile ---------------------------------------------------------------
+
+    def reset_statement_stats(self) -> None:
+        if not self.spec.statement_stats:
+            return
+        for dsn in self.dsns:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(query("reset_statement_stats"))
+
+    def statement_stats(self, limit: int = 10) -> list[dict[str, Any]] | None:
+        """The statements that used the most time on the shards (summed over
+        shards) since the last reset; None unless ``statement_stats``."""
+        if not self.spec.statement_stats:
+            return None
+        merged: dict[str, dict[str, Any]] = {}
+        for dsn in self.dsns:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                for row in cur.execute(query("top_statements"), {"limit": limit * 2}):
+                    text = " ".join(row["query"].split())[:160]
+                    entry = merged.setdefault(
+                        text, {"query": text, "calls": 0, "total_ms": 0.0, "rows": 0}
+                    )
+                    entry["calls"] += row["calls"]
+                    entry["total_ms"] += row["total_ms"]
+                    entry["rows"] += row["rows"]
+        top = sorted(merged.values(), key=lambda e: e["total_ms"], reverse=True)[:limit]
+        for entry in top:
+            entry["total_ms"] = round(entry["total_ms"], 1)
+            entry["mean_ms"] = (
+                round(entry["total_ms"] / entry["calls"], 3) if entry["calls"] else None
+            )
+        return top
+
+    # -- processes to sample ---------------------------------------------------------
+
+    def process_groups(self) -> dict[str, list[psutil.Process]]:
+        groups: dict[str, list[psutil.Process]] = {"workers": [], "postgres": []}
+        for proc in self._procs:
+            role = "workers" if proc.name.startswith("worker") else proc.name
+            try:
+                groups.setdefault(role, []).append(psutil.Process(proc.popen.pid))
+            except psutil.NoSuchProcess:
+                pass
+        for server in self.pg:
+            pid = server.pid()
+            if pid is None:
+                continue
+            try:
+                master = psutil.Process(pid)
+                groups["postgres"] += [master, *master.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        return groups
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [p.popen.pid for p in self._procs if p.name.startswith("worker")]
+
+
+@dataclass
+class WindowUsage:
+    """CPU used between :meth:`ProcessSampler.begin` and :meth:`ProcessSampler.end`."""
+
+    seconds: float
+    cpu_seconds: dict[str, float]
+    machine_busy_fraction: float
+    machine_busy_seconds: float
+
+    def as_dict(self, jobs: int | None = None) -> dict[str, Any]:
+        """The window's figures; with ``jobs``, also CPU microseconds per job,
+        which, unlike rates, a busy neighbour on a shared machine barely moves."""
+        ours = sum(self.cpu_seconds.values())
+        per_job = (
+            {k: round(v / jobs * 1e6, 1) for k, v in self.cpu_seconds.items()} if jobs else None
+        )
+        return {
+            "wall_seconds": round(self.seconds, 3),
+            "cpu_seconds": {k: round(v, 2) for k, v in self.cpu_seconds.items()},
+            "machine_busy_fraction": round(self.machine_busy_fraction, 3),
+            # CPU used by processes this benchmark did not start: on a shared
+            # machine, the noise in the figures.
+            "other_cpu_seconds": round(max(0.0, self.machine_busy_seconds - ours), 2),
+            "cpu_us_per_job": per_job,
+            "cores": os.cpu_count(),
+        }
+
+
+def _machine_total(times: Any) -> float:
+    # Linux counts guest time inside user time already: leave it out.
+    return sum(v for k, v in times._asdict().items() if not k.startswith("guest"))
+
+
+def _machine_idle(times: Any) -> float:
+    return float(times.idle + getattr(times, "iowait", 0.0))
+
+
+class ProcessSampler:
+    """Samples, every ``interval`` s, the RSS of the workers and the CPU time
+    of every process the cluster runs (PostgreSQL backends included).
+
+    CPU for a window is the sum, per process, of the time used since the
+    window began; a process born inside the window counts from zero, so new
+    backends are included.
+    """
+
+    def __init__(self, cluster: BenchCluster, interval: float = 0.2) -> None:
+        self.cluster = cluster
+        self.interval = interval
+        self.peak_process_rss = 0
+        self.peak_sum_rss = 0
+        self._cpu: dict[str, dict[int, float]] = {}
+        self._base: dict[str, dict[int, float]] = {}
+        self._began: tuple[float, Any] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
+        self._me = psutil.Process()
+
+    def __enter__(self) -> ProcessSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.sample()
+            except Exception:  # a lost sample must not end the sampling (or the run)
+                log.exception("sampling failed")
+
+    def sample(self) -> None:
+        groups = self.cluster.process_groups()
+        groups["harness"] = [self._me]
+        rss_sum = 0
+        seen: dict[str, dict[int, float]] = {}
+        for role, procs in groups.items():
+            for proc in procs:
+                try:
+                    with proc.oneshot():
+                        times = proc.cpu_times()
+                        rss = proc.memory_info().rss if role == "workers" else 0
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    continue
+                seen.setdefault(role, {})[proc.pid] = times.user + times.system
+                rss_sum += rss
+                self.peak_process_rss = max(self.peak_process_rss, rss)
+        with self._lock:
+            self.peak_sum_rss = max(self.peak_sum_rss, rss_sum)
+            for role, cpu in seen.items():
+                self._cpu.setdefault(role, {}).update(cpu)
+
+    def begin(self) -> None:
+        """Start a CPU window (e.g. at the wave's T)."""
+        self.sample()
+        with self._lock:
+            self._base = {role: dict(cpu) for role, cpu in self._cpu.items()}
+        self._began = (time.monotonic(), psutil.cpu_times())
+
+    def end(self) -> WindowUsage:
+        self.sample()
+        if self._began is None:
+            raise RuntimeError("end() without begin()")
+        began, machine = self._began
+        now_machine = psutil.cpu_times()
+        total = _machine_total(now_machine) - _machine_total(machine)
+        idle = _machine_idle(now_machine) - _machine_idle(machine)
+        with self._lock:
+            used = {
+                role: sum(t - self._base.get(role, {}).get(pid, 0.0) for pid, t in cpu.items())
+                for role, cpu in self._cpu.items()
+            }
+        return WindowUsage(
+            seconds=time.monotonic() - began,
+            cpu_seconds=used,
+            machine_busy_fraction=1.0 - idle / total if total > 0 else 0.0,
+            machine_busy_seconds=total - idle,
+        )
+
+    def peak_rss(self) -> dict[str, int]:
+        return {"max_process": self.peak_process_rss, "sum": self.peak_sum_rss}

@@ -1,0 +1,143 @@
+"""Command-line options every benchmark shares, and what they turn into:
+worker knobs (``VAKIT_*`` variables) and the cluster spec.
+
+The knobs are passed to the worker processes as environment variables, the
+way an operator would set them; ``settings_in_effect`` reads them back through
+Vakit's own :class:`~cluster.config.Settings`, so the report shows the values
+the workers ran with, defaults included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import REPO_ROOT, ClusterSpec, parse_env_pairs
+
+__all__ = [
+    "WORKER_SETTING_NAMES",
+    "add_cluster_options",
+    "cluster_spec",
+    "git_commit",
+    "settings_in_effect",
+    "worker_knobs",
+]
+
+# The worker settings that shape throughput and lateness, reported with every run.
+WORKER_SETTING_NAMES = (
+    "claim_batch",
+    "max_inflight",
+    "prefetch_seconds",
+    "poll_interval",
+    "complete_batch",
+    "complete_linger",
+    "pool_min_size",
+    "pool_max_size",
+    "lease_seconds",
+    "lease_grace_seconds",
+    "http_pool_size",
+    "target_limits",
+    "reaper_interval",
+)
+
+
+def add_cluster_options(parser: argparse.ArgumentParser, default_out: str) -> None:
+    parser.add_argument(
+        "--shards", type=int, default=2, help="PostgreSQL shards to start (ignored with --dsn)"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--target", choices=("noop", "http"), default="noop")
+    parser.add_argument("--out", type=Path, default=Path(default_out), help="report directory")
+    parser.add_argument("--batch", type=int, help="VAKIT_CLAIM_BATCH (default: the worker's)")
+    parser.add_argument("--prefetch", type=float, help="VAKIT_PREFETCH_SECONDS (default: the worker's)")
+    parser.add_argument("--max-inflight", type=int, help="VAKIT_MAX_INFLIGHT (default: the worker's)")
+    parser.add_argument(
+        "--dsn",
+        action="append",
+        default=[],
+        help="use this running shard instead of starting one (repeat, in shard order)",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="VAKIT_NAME=VALUE",
+        help="any other worker/API setting, e.g. VAKIT_COMPLETE_BATCH=1000 (repeat)",
+    )
+    parser.add_argument(
+        "--pg-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra postgresql.conf setting for the shards started here (repeat)",
+    )
+    parser.add_argument(
+        "--keep-data", action="store_true", help="keep the PostgreSQL data directories"
+    )
+    parser.add_argument(
+        "--pg-stats",
+        action="store_true",
+        help="load pg_stat_statements on the shards and report the costliest statements",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy every worker while it runs jobs; profile-worker-N.txt and a summary",
+    )
+
+
+def worker_knobs(args: argparse.Namespace) -> dict[str, str]:
+    knobs = parse_env_pairs(args.env)
+    for name, value in (
+        ("VAKIT_CLAIM_BATCH", args.batch),
+        ("VAKIT_PREFETCH_SECONDS", args.prefetch),
+        ("VAKIT_MAX_INFLIGHT", args.max_inflight),
+    ):
+        if value is not None:
+            knobs[name] = str(value)
+    return knobs
+
+
+def cluster_spec(args: argparse.Namespace) -> ClusterSpec:
+    pg_settings = {}
+    for item in args.pg_setting:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--pg-setting expects NAME=VALUE, got {item!r}")
+        pg_settings[key] = value
+    return ClusterSpec(
+        out=args.out,
+        shards=len(args.dsn) if args.dsn else args.shards,
+        workers=args.workers,
+        dsns=list(args.dsn),
+        worker_env=worker_knobs(args),
+        pg_settings=pg_settings,
+        keep_data=args.keep_data,
+        statement_stats=args.pg_stats,
+        profile_workers=args.profile,
+    )
+
+
+def settings_in_effect(env: dict[str, str]) -> dict[str, Any]:
+    """The worker settings that ``env`` (a worker's environment) produces."""
+    from cluster.config import Settings
+
+    values: dict[str, Any] = {
+        k.removeprefix("VAKIT_").lower(): v
+        for k, v in env.items()
+        if k.startswith("VAKIT_") and k != "VAKIT_CONFIG"
+    }
+    settings = Settings(**values)
+    return settings.model_dump(include=set(WORKER_SETTING_NAMES))
+
+
+def git_commit() -> str | None:
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() or None

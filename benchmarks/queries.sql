@@ -1,0 +1,93 @@
+-- Every statement the benchmarks run, by name, loaded by benchmarks/sql.py
+-- with the same loader as cluster/sql/queries.sql. `{table}` is filled in
+-- with psycopg.sql.Identifier, never by string formatting.
+--
+-- The statements Vakit itself runs (claim_jobs, finish_jobs) are not copied
+-- here: the batched ceiling uses cluster.sql.QUERIES directly.
+
+-- name: copy_jobs
+-- Text COPY of freshly made SCHEDULED rows; the harness formats the lines.
+COPY {table} (id, owner_service, type, scheduled_for, run_at, status, max_attempts,
+              timeout_seconds, target_kind, target, payload) FROM STDIN;
+
+-- name: analyze_table
+-- A production table has planner statistics; a table loaded a second ago has
+-- none until autovacuum gets to it.
+ANALYZE {table};
+
+-- name: create_ceiling_table
+-- LIKE jobs with its indexes (primary key, the partial due and lease
+-- indexes) but without its CHECK constraints: the hot table only allows
+-- SCHEDULED and RUNNING, and the seed's naive completion writes SUCCEEDED.
+CREATE TABLE {table} (LIKE jobs INCLUDING DEFAULTS INCLUDING INDEXES);
+
+-- name: drop_table
+DROP TABLE IF EXISTS {table};
+
+-- name: naive_claim
+-- The seed's claim (seed 000, "Sahiplenme"), verbatim but for the batch size.
+WITH due AS (
+    SELECT id
+      FROM {table}
+     WHERE status = 'SCHEDULED' AND run_at <= now()
+     ORDER BY run_at
+     LIMIT %(batch)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {table} j
+   SET status = 'RUNNING', attempt = j.attempt + 1,
+       locked_by = %(worker)s, lease_until = now() + interval '2 minutes'
+  FROM due
+ WHERE j.id = due.id
+RETURNING j.id, j.attempt, j.target, j.payload;
+
+-- name: naive_complete
+-- The seed's completion: one statement (and one commit) per job, fenced by
+-- the attempt.
+UPDATE {table} SET status = 'SUCCEEDED', lease_until = NULL
+ WHERE id = %(id)s AND status = 'RUNNING' AND attempt = %(attempt)s;
+
+-- name: owner_pending
+-- Rows of one benchmark run still in the hot table, by status.
+SELECT status, count(*) AS n FROM jobs WHERE owner_service = %(owner)s GROUP BY status;
+
+-- name: owner_history_counts
+SELECT status, count(*) AS n FROM job_history WHERE owner_service = %(owner)s GROUP BY status;
+
+-- name: owner_outcomes
+-- One row per finished job of a run: logical time, first start (the first
+-- attempt is the one that says whether the job started on time), finish,
+-- final status and attempts used. Epoch seconds keep the client side cheap
+-- for a million rows.
+SELECT extract(epoch FROM h.scheduled_for)::float8 AS scheduled,
+       extract(epoch FROM a.first_start)::float8 AS started,
+       extract(epoch FROM h.finished_at)::float8 AS finished,
+       h.status,
+       coalesce(a.attempts, 0) AS attempts
+  FROM job_history h
+  LEFT JOIN (SELECT job_id, min(started_at) AS first_start, count(*) AS attempts
+               FROM job_attempts GROUP BY job_id) a ON a.job_id = h.id
+ WHERE h.owner_service = %(owner)s;
+
+-- name: server_version
+SELECT current_setting('server_version') AS version;
+
+-- name: server_settings
+SELECT name, current_setting(name) AS value FROM pg_settings
+ WHERE name IN ('shared_buffers', 'fsync', 'synchronous_commit', 'full_page_writes',
+                'max_wal_size', 'max_connections', 'autovacuum', 'work_mem', 'TimeZone');
+
+-- name: create_statement_stats
+-- Needs shared_preload_libraries = pg_stat_statements (``--pg-stats``).
+CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
+
+-- name: reset_statement_stats
+SELECT pg_stat_statements_reset();
+
+-- name: top_statements
+-- Where the shard's CPU went, statement by statement, since the last reset.
+SELECT query, calls, total_exec_time AS total_ms, rows, shared_blks_hit, shared_blks_read
+  FROM pg_stat_statements
+ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ ORDER BY total_exec_time DESC
+ LIMIT %(limit)s;

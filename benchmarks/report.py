@@ -1,0 +1,127 @@
+"""Report output shared by every benchmark: ``report.json``, the one-line
+summary, and the timeline plot.
+
+Every report has the same top-level keys (``REPORT_KEYS``); a figure that does
+not apply to a benchmark is ``null`` rather than missing, so tools reading
+reports need no special cases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from benchmarks.stats import Timeline
+
+__all__ = ["REPORT_KEYS", "machine_info", "plot_timeline", "summary_line", "write_report"]
+
+REPORT_KEYS = (
+    "jobs",
+    "started_within_60s",
+    "lateness_seconds",
+    "drain_jobs_per_s",
+    "ceiling_jobs_per_s",
+    "peak_worker_rss_bytes",
+    "settings",
+)
+
+
+def machine_info() -> dict[str, Any]:
+    import psutil
+
+    return {
+        "cores": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def write_report(out: Path, report: dict[str, Any]) -> Path:
+    missing = [k for k in REPORT_KEYS if k not in report]
+    if missing:
+        raise ValueError(f"report lacks {missing}")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "report.json"
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    return path
+
+
+def _fmt_s(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
+
+
+def _fmt_rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}/s"
+
+
+def summary_line(name: str, report: dict[str, Any]) -> str:
+    late = report["lateness_seconds"]
+    within = report["started_within_60s"]
+    rss = report["peak_worker_rss_bytes"] or {}
+    parts = [
+        f"{name}: jobs={report['jobs']:,}",
+        f"within60s={within * 100:.2f}%" if within is not None else "within60s=-",
+        "lateness p50/p95/p99/max="
+        + "/".join(_fmt_s(late.get(k)) for k in ("p50", "p95", "p99", "max")),
+        f"drain={_fmt_rate(report['drain_jobs_per_s'])}",
+        f"ceiling={_fmt_rate(report['ceiling_jobs_per_s'])}",
+        f"peak_rss={rss.get('max_process', 0) / 2**20:.0f}MB"
+        f"(sum {rss.get('sum', 0) / 2**20:.0f}MB)",
+    ]
+    per_job = (report.get("usage") or {}).get("cpu_us_per_job") or {}
+    if per_job:
+        parts.append(
+            "cpu/job=" + ",".join(f"{k}:{v:.0f}us" for k, v in per_job.items() if k != "harness")
+        )
+    api = report.get("api_latency_seconds")
+    if api:
+        parts.append(
+            "api p50/p95/p99=" + "/".join(_fmt_s(api.get(k)) for k in ("p50", "p95", "p99"))
+        )
+    parts.append(f"cores={report['settings'].get('machine', {}).get('cores')}")
+    return " ".join(parts)
+
+
+def plot_timeline(path: Path, series: Timeline, title: str, origin_label: str) -> Path:
+    """Starts (and completions) per second, and the lateness of each second's
+    starts, against seconds since the origin."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; must precede pyplot
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    top.bar(series.seconds, series.starts, width=1.0, align="edge", label="starts/s", alpha=0.7)
+    # One more edge so that the last second's step is drawn as wide as its bar.
+    top.step(
+        [*series.seconds, len(series.seconds)],
+        [*series.completions, series.completions[-1] if series.completions else 0],
+        where="post",
+        color="tab:green",
+        label="completions/s",
+    )
+    top.set_ylabel("jobs per second")
+    top.legend(loc="upper right")
+    top.set_title(title)
+    xs_p50 = [s for s, v in zip(series.seconds, series.lateness_p50, strict=True) if v is not None]
+    p50 = [v for v in series.lateness_p50 if v is not None]
+    top_late = [v for v in series.lateness_max if v is not None]
+    bottom.plot(xs_p50, p50, label="p50 lateness of the second's starts")
+    bottom.plot(xs_p50, top_late, label="max lateness", color="tab:red")
+    bottom.axhline(60, color="grey", linestyle="--", linewidth=0.8, label="60 s")
+    bottom.set_ylabel("start lateness (s)")
+    bottom.set_xlabel(f"seconds since {origin_label}")
+    bottom.legend(loc="upper left")
+    if top_late and max(top_late) < 60:
+        bottom.set_ylim(0, max(max(top_late) * 1.1, 0.1))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

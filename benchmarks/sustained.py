@@ -1,0 +1,264 @@
+"""Sustained load through the API: jobs created at a steady rate, each due a
+few seconds after its creation.
+
+``python -m benchmarks.sustained [--rate 116] [--duration 60] …``
+
+The design's average load is 10 M jobs a day, about 116 per second. This
+starts the shards, the workers and the API (``vakit api``), POSTs jobs to
+``/api/v1/jobs`` open-loop (request *i* is due at ``i / rate`` seconds whatever
+the API's latency; a bounded number are in flight, the rest queue, and their
+latency counts from when they were due, so a slow API cannot hide its
+slowness by slowing the load down), waits for the jobs to run, and reports
+start lateness from the database and API latency. Same report format as the
+wave (``report.json``, ``sustained.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import secrets
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+
+from benchmarks.harness import (
+    BenchCluster,
+    ClusterSpec,
+    ProcessSampler,
+    setup_logging,
+    terminate_on_sigterm,
+)
+from benchmarks.options import add_cluster_options, cluster_spec, git_commit, settings_in_effect
+from benchmarks.outcomes import collect, figures, server_info
+from benchmarks.report import machine_info, plot_timeline, summary_line, write_report
+from benchmarks.stats import summarize, timeline
+
+__all__ = ["LoadResult", "SustainedOptions", "generate_load", "main", "run"]
+
+log = logging.getLogger("benchmarks.sustained")
+
+
+@dataclass
+class SustainedOptions:
+    cluster: ClusterSpec
+    rate: float = 116.0
+    duration: float = 60.0
+    target: str = "noop"
+    ahead: float = 5.0  # runAt = now + ahead, at the moment of the POST
+    concurrency: int = 64  # requests in flight at most
+    drain_timeout: float = 120.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoadResult:
+    requested: int = 0
+    created: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    latency: list[float] = field(default_factory=list)  # from when the request was due
+    service: list[float] = field(default_factory=list)  # from when it was sent
+    seconds: float = 0.0
+
+
+async def generate_load(
+    url: str, token: str, body_for: Any, *, rate: float, duration: float, concurrency: int
+) -> LoadResult:
+    """POST ``rate`` jobs per second for ``duration`` seconds, open-loop."""
+    result = LoadResult()
+    total = int(rate * duration)
+    gate = asyncio.Semaphore(concurrency)
+    loop = asyncio.get_running_loop()
+    headers = {"Authorization": f"Bearer {token}"}
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=30)
+
+    async def one(session: aiohttp.ClientSession, due: float) -> None:
+        async with gate:
+            sent = loop.time()
+            try:
+                async with session.post(
+                    f"{url}/api/v1/jobs", json=body_for(), headers=headers
+                ) as r:
+                    await r.read()
+                    status = str(r.status)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                status = type(exc).__name__
+            done = loop.time()
+        result.statuses[status] += 1
+        if status == "201":
+            result.created += 1
+        result.latency.append(done - due)
+        result.service.append(done - sent)
+
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        start = loop.time()
+        tasks = []
+        for i in range(total):
+            due = start + i / rate
+            delay = due - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(session, due)))
+            result.requested += 1
+        await asyncio.gather(*tasks)
+        result.seconds = loop.time() - start
+    return result
+
+
+def run(opts: SustainedOptions) -> dict[str, Any]:
+    """Run one sustained load; returns the report (also written to ``report.json``)."""
+    spec = opts.cluster
+    run_id = secrets.token_hex(4)
+    owner = f"bench-{run_id}"
+    out = spec.out
+    machine = machine_info()  # before the run: its load average is the noise floor
+    with BenchCluster(spec) as cluster:
+        dsns = cluster.start_shards()
+        target: dict[str, Any] = {"kind": "NOOP"}
+        if opts.target == "http":
+            target = {"kind": "HTTP", "url": cluster.start_sink()}
+        cluster.start_workers()
+        url, token = cluster.start_api(owner)
+        worker_settings = settings_in_effect(cluster.base_env())
+
+        def body() -> dict[str, Any]:
+            run_at = datetime.now(UTC) + timedelta(seconds=opts.ahead)
+            return {
+                "type": "bench.sustained",
+                "runAt": run_at.isoformat(),
+                "target": target,
+                "payload": {},
+                "maxAttempts": 3,
+                "timeoutSeconds": 30,
+            }
+
+        with ProcessSampler(cluster) as sampler:
+            cluster.reset_statement_stats()
+            sampler.begin()
+            load = asyncio.run(
+                generate_load(
+                    url,
+                    token,
+                    body,
+                    rate=opts.rate,
+                    duration=opts.duration,
+                    concurrency=opts.concurrency,
+                )
+            )
+            log.info(
+                "%d of %d requests created a job in %.1f s",
+                load.created,
+                load.requested,
+                load.seconds,
+            )
+            time.sleep(opts.ahead)
+            seen = cluster.wait_finished(load.created, timeout=opts.drain_timeout)
+            usage = sampler.end()
+            log.info("%d of %d jobs finished", seen, load.created)
+        counters = cluster.worker_counters()
+        statements = cluster.statement_stats()
+        cluster.stop_processes()
+        outcomes = collect(dsns, owner)
+        pg = server_info(dsns[0])
+    origin = min(outcomes.scheduled, default=time.time())
+    figs = figures(outcomes, load.created, origin)
+    series = timeline(origin, outcomes.start_times(), outcomes.lateness(), outcomes.finished)
+    report: dict[str, Any] = {
+        "benchmark": "sustained",
+        "jobs": load.created,
+        "started_within_60s": figs["started_within_60s"],
+        "lateness_seconds": figs["lateness_seconds"],
+        "drain_jobs_per_s": figs["drain_jobs_per_s"],
+        "ceiling_jobs_per_s": None,  # the wave measures it
+        "peak_worker_rss_bytes": sampler.peak_rss(),
+        "api_latency_seconds": summarize(load.latency),
+        "api_service_seconds": summarize(load.service),
+        "api": {
+            "requested": load.requested,
+            "created": load.created,
+            "statuses": dict(load.statuses),
+            "achieved_rate": round(load.requested / load.seconds, 2) if load.seconds else None,
+        },
+        "counts": outcomes.counts(),
+        "retried_jobs": figs["retried_jobs"],
+        "usage": usage.as_dict(load.created),
+        "worker_counters": counters,
+        "pg_top_statements": statements,
+        "settings": {
+            "rate": opts.rate,
+            "duration_seconds": opts.duration,
+            "ahead_seconds": opts.ahead,
+            "concurrency": opts.concurrency,
+            "shards": len(dsns),
+            "workers": spec.workers,
+            "target": opts.target,
+            "finished_seen_by_metrics": seen,
+            "worker": worker_settings,
+            "worker_env": spec.worker_env,
+            "shards_given": bool(spec.dsns),
+            "postgresql": pg,
+            "pg_settings": spec.pg_settings,
+            "coordination": "none (every worker polls every shard)",
+            "machine": machine,
+            "git_commit": git_commit(),
+            "run_id": run_id,
+            **opts.extra,
+        },
+    }
+    write_report(out, report)
+    plot_timeline(
+        out / "sustained.png",
+        series,
+        f"Sustained: {opts.rate:g} jobs/s for {opts.duration:g} s through the API, "
+        f"{len(dsns)} shards, {spec.workers} workers, {machine['cores']} cores",
+        "the first runAt",
+    )
+    return report
+
+
+def parse_args(argv: list[str] | None) -> tuple[SustainedOptions, bool]:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.sustained", description=__doc__.split("\n\n")[0]
+    )
+    add_cluster_options(parser, default_out="bench-out/sustained")
+    parser.add_argument("--rate", type=float, default=116.0, help="jobs created per second")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of load")
+    parser.add_argument("--ahead", type=float, default=5.0, help="runAt = now + this")
+    parser.add_argument("--concurrency", type=int, default=64, help="requests in flight at most")
+    parser.add_argument("--drain-timeout", type=float, default=120.0)
+    parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    args = parser.parse_args(argv)
+    opts = SustainedOptions(
+        cluster=cluster_spec(args),
+        rate=args.rate,
+        duration=args.duration,
+        target=args.target,
+        ahead=args.ahead,
+        concurrency=args.concurrency,
+        drain_timeout=args.drain_timeout,
+    )
+    return opts, args.verbose
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts, verbose = parse_args(argv)
+    setup_logging(verbose)
+    try:
+        with terminate_on_sigterm():
+            report = run(opts)
+    except KeyboardInterrupt:
+        print("sustained: interrupted; everything started was stopped", file=sys.stderr)
+        return 130
+    print(summary_line("sustained", report), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
