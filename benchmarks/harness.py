@@ -24,18 +24,19 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import psutil
 import psycopg
 from psycopg.rows import dict_row
 
+from benchmarks.report import summary_line
 from benchmarks.sql import query
 from cluster.migrate import migrate_shard
 from cluster.pgserver import PgServer, find_free_port
@@ -46,6 +47,8 @@ __all__ = [
     "ClusterSpec",
     "ProcessSampler",
     "WindowUsage",
+    "bench_main",
+    "new_run",
     "parse_env_pairs",
     "setup_logging",
     "terminate_on_sigterm",
@@ -54,6 +57,8 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 log = logging.getLogger("benchmarks.harness")
+
+_Options = TypeVar("_Options")
 
 # Variables a benchmark must not inherit from the shell: coordination would
 # change who polls what, and a config file could override the knobs we set.
@@ -95,6 +100,31 @@ def terminate_on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def bench_main(
+    name: str,
+    argv: list[str] | None,
+    parse_args: Callable[[list[str] | None], tuple[_Options, bool]],
+    run: Callable[[_Options], dict[str, Any]],
+) -> int:
+    """A benchmark's ``main``: parse, run, print the summary line; 130 on Ctrl-C or SIGTERM."""
+    opts, verbose = parse_args(argv)
+    setup_logging(verbose)
+    try:
+        with terminate_on_sigterm():
+            report = run(opts)
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted; everything started was stopped", file=sys.stderr)
+        return 130
+    print(summary_line(name, report), flush=True)
+    return 0
+
+
+def new_run() -> tuple[str, str]:
+    """A fresh run id, and the ``owner_service`` that tags the run's own jobs."""
+    run_id = secrets.token_hex(4)
+    return run_id, f"bench-{run_id}"
 
 
 @dataclass
@@ -245,6 +275,19 @@ class BenchCluster:
         proc = _Proc(name, popen, log_path, log)
         self._procs.append(proc)
         return proc
+
+    def start_scheduler(self, target: str) -> tuple[list[str], dict[str, Any]]:
+        """Shards, the jobs' target and the workers, in that order.
+
+        ``target`` is ``noop`` or ``http`` (a sink started here). Returns the
+        shards' DSNs and the ``target`` object to give every job.
+        """
+        dsns = self.start_shards()
+        job_target: dict[str, Any] = {"kind": "NOOP"}
+        if target == "http":
+            job_target = {"kind": "HTTP", "url": self.start_sink()}
+        self.start_workers()
+        return dsns, job_target
 
     def start_sink(self) -> str:
         """A fast HTTP target in its own process (benchmarks.sink)."""

@@ -21,6 +21,7 @@ __all__ = [
     "add_cluster_options",
     "cluster_spec",
     "git_commit",
+    "run_settings",
     "settings_in_effect",
     "worker_knobs",
 ]
@@ -141,3 +142,28 @@ def git_commit() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return result.stdout.strip() or None
+
+
+def run_settings(
+    spec: ClusterSpec,
+    worker_settings: dict[str, Any],
+    postgresql: dict[str, Any],
+    machine: dict[str, Any],
+    run_id: str,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """The part of a report's ``settings`` every benchmark has: the workers'
+    settings, the shards, the machine and the commit. ``extra`` comes last, so
+    a caller's own entries win."""
+    return {
+        "worker": worker_settings,
+        "worker_env": spec.worker_env,
+        "shards_given": bool(spec.dsns),
+        "postgresql": postgresql,
+        "pg_settings": spec.pg_settings,
+        "coordination": "none (every worker polls every shard)",
+        "machine": machine,
+        "git_commit": git_commit(),
+        "run_id": run_id,
+        **extra,
+    }

@@ -16,7 +16,14 @@ from typing import Any
 
 from benchmarks.stats import Timeline
 
-__all__ = ["REPORT_KEYS", "machine_info", "plot_timeline", "summary_line", "write_report"]
+__all__ = [
+    "REPORT_KEYS",
+    "headline",
+    "machine_info",
+    "plot_timeline",
+    "summary_line",
+    "write_report",
+]
 
 REPORT_KEYS = (
     "jobs",
@@ -38,6 +45,26 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def headline(
+    benchmark: str,
+    jobs: int,
+    figs: dict[str, Any],
+    ceiling_jobs_per_s: float | None,
+    peak_worker_rss_bytes: dict[str, int],
+) -> dict[str, Any]:
+    """The first keys of every report: which benchmark, and the figures
+    ``REPORT_KEYS`` promises (``figs`` is :func:`benchmarks.outcomes.figures`)."""
+    return {
+        "benchmark": benchmark,
+        "jobs": jobs,
+        "started_within_60s": figs["started_within_60s"],
+        "lateness_seconds": figs["lateness_seconds"],
+        "drain_jobs_per_s": figs["drain_jobs_per_s"],
+        "ceiling_jobs_per_s": ceiling_jobs_per_s,
+        "peak_worker_rss_bytes": peak_worker_rss_bytes,
     }
 
 

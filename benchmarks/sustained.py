@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import secrets
 import sys
 import time
 from collections import Counter
@@ -28,16 +27,10 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.harness import (
-    BenchCluster,
-    ClusterSpec,
-    ProcessSampler,
-    setup_logging,
-    terminate_on_sigterm,
-)
-from benchmarks.options import add_cluster_options, cluster_spec, git_commit, settings_in_effect
+from benchmarks.harness import BenchCluster, ClusterSpec, ProcessSampler, bench_main, new_run
+from benchmarks.options import add_cluster_options, cluster_spec, run_settings, settings_in_effect
 from benchmarks.outcomes import collect, figures, server_info
-from benchmarks.report import machine_info, plot_timeline, summary_line, write_report
+from benchmarks.report import headline, machine_info, plot_timeline, write_report
 from benchmarks.stats import summarize, timeline
 
 __all__ = ["LoadResult", "SustainedOptions", "generate_load", "main", "run"]
@@ -115,16 +108,11 @@ async def generate_load(
 def run(opts: SustainedOptions) -> dict[str, Any]:
     """Run one sustained load; returns the report (also written to ``report.json``)."""
     spec = opts.cluster
-    run_id = secrets.token_hex(4)
-    owner = f"bench-{run_id}"
+    run_id, owner = new_run()
     out = spec.out
     machine = machine_info()  # before the run: its load average is the noise floor
     with BenchCluster(spec) as cluster:
-        dsns = cluster.start_shards()
-        target: dict[str, Any] = {"kind": "NOOP"}
-        if opts.target == "http":
-            target = {"kind": "HTTP", "url": cluster.start_sink()}
-        cluster.start_workers()
+        dsns, target = cluster.start_scheduler(opts.target)
         url, token = cluster.start_api(owner)
         worker_settings = settings_in_effect(cluster.base_env())
 
@@ -171,13 +159,8 @@ def run(opts: SustainedOptions) -> dict[str, Any]:
     figs = figures(outcomes, load.created, origin)
     series = timeline(origin, outcomes.start_times(), outcomes.lateness(), outcomes.finished)
     report: dict[str, Any] = {
-        "benchmark": "sustained",
-        "jobs": load.created,
-        "started_within_60s": figs["started_within_60s"],
-        "lateness_seconds": figs["lateness_seconds"],
-        "drain_jobs_per_s": figs["drain_jobs_per_s"],
-        "ceiling_jobs_per_s": None,  # the wave measures it
-        "peak_worker_rss_bytes": sampler.peak_rss(),
+        # No ceiling: the wave measures it.
+        **headline("sustained", load.created, figs, None, sampler.peak_rss()),
         "api_latency_seconds": summarize(load.latency),
         "api_service_seconds": summarize(load.service),
         "api": {
@@ -200,16 +183,7 @@ def run(opts: SustainedOptions) -> dict[str, Any]:
             "workers": spec.workers,
             "target": opts.target,
             "finished_seen_by_metrics": seen,
-            "worker": worker_settings,
-            "worker_env": spec.worker_env,
-            "shards_given": bool(spec.dsns),
-            "postgresql": pg,
-            "pg_settings": spec.pg_settings,
-            "coordination": "none (every worker polls every shard)",
-            "machine": machine,
-            "git_commit": git_commit(),
-            "run_id": run_id,
-            **opts.extra,
+            **run_settings(spec, worker_settings, pg, machine, run_id, opts.extra),
         },
     }
     write_report(out, report)
@@ -248,16 +222,7 @@ def parse_args(argv: list[str] | None) -> tuple[SustainedOptions, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts, verbose = parse_args(argv)
-    setup_logging(verbose)
-    try:
-        with terminate_on_sigterm():
-            report = run(opts)
-    except KeyboardInterrupt:
-        print("sustained: interrupted; everything started was stopped", file=sys.stderr)
-        return 130
-    print(summary_line("sustained", report), flush=True)
-    return 0
+    return bench_main("sustained", argv, parse_args, run)
 
 
 if __name__ == "__main__":

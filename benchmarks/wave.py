@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import secrets
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,17 +23,11 @@ from typing import Any
 
 from benchmarks.bulk import JobSpec, copy_jobs
 from benchmarks.ceiling import MODES, measure_ceiling
-from benchmarks.harness import (
-    BenchCluster,
-    ClusterSpec,
-    ProcessSampler,
-    setup_logging,
-    terminate_on_sigterm,
-)
-from benchmarks.options import add_cluster_options, cluster_spec, git_commit, settings_in_effect
+from benchmarks.harness import BenchCluster, ClusterSpec, ProcessSampler, bench_main, new_run
+from benchmarks.options import add_cluster_options, cluster_spec, run_settings, settings_in_effect
 from benchmarks.outcomes import collect, figures, server_info
 from benchmarks.profile import summarize_profiles, write_summary
-from benchmarks.report import machine_info, plot_timeline, summary_line, write_report
+from benchmarks.report import headline, machine_info, plot_timeline, write_report
 from benchmarks.stats import timeline
 
 __all__ = ["WaveOptions", "auto_lead", "main", "run"]
@@ -68,16 +61,11 @@ def auto_lead(jobs: int, prefetch: float) -> float:
 def run(opts: WaveOptions) -> dict[str, Any]:
     """Run one wave; returns the report (also written to ``report.json``)."""
     spec = opts.cluster
-    run_id = secrets.token_hex(4)
-    owner = f"bench-{run_id}"
+    run_id, owner = new_run()
     out = spec.out
     machine = machine_info()  # before the run: its load average is the noise floor
     with BenchCluster(spec) as cluster:
-        dsns = cluster.start_shards()
-        target: dict[str, Any] = {"kind": "NOOP"}
-        if opts.target == "http":
-            target = {"kind": "HTTP", "url": cluster.start_sink()}
-        cluster.start_workers()
+        dsns, target = cluster.start_scheduler(opts.target)
         worker_settings = settings_in_effect(cluster.base_env())
         prefetch = float(worker_settings["prefetch_seconds"])
         lead = opts.lead if opts.lead is not None else auto_lead(opts.jobs, prefetch)
@@ -140,13 +128,9 @@ def run(opts: WaveOptions) -> dict[str, Any]:
         pg = server_info(dsns[0])
     naive = ceilings.get("naive")
     report: dict[str, Any] = {
-        "benchmark": "wave",
-        "jobs": load.total,
-        "started_within_60s": figs["started_within_60s"],
-        "lateness_seconds": figs["lateness_seconds"],
-        "drain_jobs_per_s": figs["drain_jobs_per_s"],
-        "ceiling_jobs_per_s": naive.jobs_per_s if naive else None,
-        "peak_worker_rss_bytes": sampler.peak_rss(),
+        **headline(
+            "wave", load.total, figs, naive.jobs_per_s if naive else None, sampler.peak_rss()
+        ),
         "start_jobs_per_s": figs["start_jobs_per_s"],
         "drain_seconds": figs["drain_seconds"],
         "counts": outcomes.counts(),
@@ -170,17 +154,9 @@ def run(opts: WaveOptions) -> dict[str, Any]:
             "load_per_shard": load.per_shard,
             "load_ended_after_claims_opened_seconds": round(max(0.0, late_load), 3),
             "finished_seen_by_metrics": seen,
-            "worker": worker_settings,
-            "worker_env": spec.worker_env,
-            "shards_given": bool(spec.dsns),
+            # The shards started here run with fsync off (PgServer durable=False).
             "durable": False if not spec.dsns else None,
-            "postgresql": pg,
-            "pg_settings": spec.pg_settings,
-            "coordination": "none (every worker polls every shard)",
-            "machine": machine,
-            "git_commit": git_commit(),
-            "run_id": run_id,
-            **opts.extra,
+            **run_settings(spec, worker_settings, pg, machine, run_id, opts.extra),
         },
     }
     write_report(out, report)
@@ -238,16 +214,7 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts, verbose = parse_args(argv)
-    setup_logging(verbose)
-    try:
-        with terminate_on_sigterm():
-            report = run(opts)
-    except KeyboardInterrupt:
-        print("wave: interrupted; everything started was stopped", file=sys.stderr)
-        return 130
-    print(summary_line("wave", report), flush=True)
-    return 0
+    return bench_main("wave", argv, parse_args, run)
 
 
 if __name__ == "__main__":

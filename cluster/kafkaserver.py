@@ -17,26 +17,22 @@ drains them); :meth:`TansuBroker.kill` is immediate.
 
 The process's stdout and stderr go to ``{data_dir}/tansu.log``. Every broker
 runs in its own process group and is killed on interpreter exit if the caller
-forgot to stop it; a SIGKILL of the caller itself still leaks the broker.
+forgot to stop it; a SIGKILL of the caller itself still leaks the broker (the
+lifecycle is :class:`cluster.childproc.ChildProcess`'s).
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import importlib.resources
 import logging
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import threading
 import time
-import weakref
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import Any
+
+from cluster.childproc import LOOPBACK, ChildProcess, find_free_port
 
 __all__ = [
     "TansuBroker",
@@ -50,7 +46,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ENV_VAR = "VAKIT_TANSU_BIN"
-_LOOPBACK = "127.0.0.1"
 _STORAGE = "memory://tansu/"
 
 
@@ -107,26 +102,13 @@ def tansu_available() -> bool:
     return True
 
 
-def find_free_port(host: str = _LOOPBACK) -> int:
-    """A TCP port nobody listens on right now (another process may still take it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-_live_brokers: weakref.WeakSet[TansuBroker] = weakref.WeakSet()
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for broker in list(_live_brokers):
-        with contextlib.suppress(Exception):
-            broker.kill()
-
-
-class TansuBroker:
+class TansuBroker(ChildProcess):
     """One Tansu broker process with in-memory storage, on a loopback port."""
+
+    log_name = "tansu.log"
+    label = "Tansu"
+    error = TansuError
+    port_in_use = "AddrInUse"
 
     def __init__(
         self,
@@ -136,40 +118,19 @@ class TansuBroker:
         cluster_id: str = "vakit",
         binary: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.data_dir = Path(data_dir).resolve()
-        self._port_given = port is not None
-        self.port = port if port is not None else find_free_port()
+        super().__init__(data_dir, port=port)
         self.cluster_id = cluster_id
         self._binary = Path(binary) if binary is not None else None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-        self._lock = threading.RLock()
 
-    # -- addresses and paths ---------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return _LOOPBACK
+    # -- addresses and command --------------------------------------------
 
     @property
     def bootstrap(self) -> str:
         """``host:port``, what ``bootstrap.servers`` (and ``VAKIT_KAFKA_BOOTSTRAP``) takes."""
-        return f"{_LOOPBACK}:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.data_dir / "tansu.log"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def running(self) -> bool:
-        """Is the process alive (it may be paused)?"""
-        return self._proc is not None and self._proc.poll() is None
+        return f"{LOOPBACK}:{self.port}"
 
     def command(self) -> list[str]:
-        url = f"tcp://{_LOOPBACK}:{self.port}"
+        url = f"tcp://{LOOPBACK}:{self.port}"
         return [
             str(self._binary or find_tansu()),
             "broker",
@@ -193,9 +154,6 @@ class TansuBroker:
             if self.running():
                 return
             command = self.command()
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            self._close_log()
-            self._log = open(self.log_path, "ab")  # closed in stop()/kill()
             env = dict(os.environ)
             # Plain text in the log file, not ANSI colour codes.
             env["NO_COLOR"] = "1"
@@ -204,35 +162,8 @@ class TansuBroker:
             # caller's environment must not override the command line's intent.
             for name in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE"):
                 env.pop(name, None)
-            self._proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                cwd=self.data_dir,
-                env=env,
-                # Own process group: a Ctrl-C aimed at the caller's terminal
-                # group does not reach it, and stop()/kill() reach all of it.
-                start_new_session=True,
-            )
-            _live_brokers.add(self)
-            log.info("tansu starting", extra={"port": self.port, "pid": self._proc.pid})
-
-    def start(self, timeout: float = 30.0) -> None:
-        """Start the broker and wait until it answers Kafka metadata requests."""
-        for attempt in range(3):
-            self.launch()
-            try:
-                self.wait_serving(timeout)
-                return
-            except TansuError:
-                # A port picked by find_free_port() can be taken by someone else
-                # before Tansu binds it (Tansu then exits); pick another, unless
-                # the caller chose the port.
-                if self._port_given or attempt == 2 or "AddrInUse" not in self.log_tail():
-                    raise
-                self.kill()
-                self.port = find_free_port()
+            self._spawn(command, env)
+            log.info("tansu starting", extra={"port": self.port, "pid": self.pid})
 
     def wait_serving(self, timeout: float = 30.0) -> None:
         """Wait until the broker accepts connections and answers a metadata request."""
@@ -258,28 +189,10 @@ class TansuBroker:
 
     def _accepts_connections(self) -> bool:
         try:
-            with socket.create_connection((_LOOPBACK, self.port), timeout=0.5):
+            with socket.create_connection((LOOPBACK, self.port), timeout=0.5):
                 return True
         except OSError:
             return False
-
-    def _check_alive(self) -> None:
-        proc = self._proc
-        if proc is None:
-            raise TansuError("Tansu broker was never started")
-        code = proc.poll()
-        if code is not None:
-            self._finish()
-            raise TansuError(
-                f"Tansu on port {self.port} exited with status {code}; "
-                f"log {self.log_path}:\n{self.log_tail()}"
-            )
-
-    def _give_up(self, why: str) -> None:
-        self.kill()
-        raise TansuError(
-            f"Tansu on port {self.port} {why}; log {self.log_path}:\n{self.log_tail()}"
-        )
 
     def _admin_config(self) -> dict[str, Any]:
         # librdkafka's log lines (a refused connection while starting) go to
@@ -320,69 +233,4 @@ class TansuBroker:
         Tansu drains for a few seconds (about 5) while clients hold connections
         open; call :meth:`kill` for a broker that vanishes at once.
         """
-        with self._lock:
-            proc = self._proc
-            if proc is not None and proc.poll() is None:
-                self._signal(signal.SIGTERM)
-                # A paused broker would hold the SIGTERM until continued.
-                self._signal(signal.SIGCONT)
-                try:
-                    proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self._signal(signal.SIGKILL)
-                    proc.wait()
-            self._finish()
-
-    def kill(self) -> None:
-        """SIGKILL: the broker dies without closing connections cleanly."""
-        with self._lock:
-            proc = self._proc
-            if proc is not None and proc.poll() is None:
-                self._signal(signal.SIGKILL)
-                proc.wait()
-            self._finish()
-
-    def pause(self) -> None:
-        """SIGSTOP: sockets stay open, nothing answers (a hung broker)."""
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-
-    def _signal(self, sig: signal.Signals) -> None:
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-
-    def _finish(self) -> None:
-        _live_brokers.discard(self)
-        self._close_log()
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def __enter__(self) -> TansuBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        return f"TansuBroker(port={self.port}, data_dir={str(self.data_dir)!r}, pid={self.pid})"
+        super().stop(timeout)

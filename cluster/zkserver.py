@@ -13,26 +13,27 @@ directory looks to clients like the same server coming back (sessions survive,
 since ZooKeeper persists them).
 
 Every server runs in its own process group and is killed on interpreter exit if
-the caller forgot to stop it; a SIGKILL of the caller itself still leaks the JVM.
+the caller forgot to stop it; a SIGKILL of the caller itself still leaks the JVM
+(the lifecycle is :class:`cluster.childproc.ChildProcess`'s).
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import threading
 import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import IO
+
+from cluster.childproc import (
+    LOOPBACK,
+    ChildProcess,
+    StartStopContext,
+    find_free_port,
+    free_ports,
+)
 
 __all__ = [
     "DEFAULT_ZK_JAR",
@@ -70,8 +71,6 @@ _DEFAULT_JVM_FLAGS = (
     "-Dzookeeper.jmx.log4j.disable=true",
 )
 
-_LOOPBACK = "127.0.0.1"
-
 
 class ZkServerError(RuntimeError):
     """A ZooKeeper process did not start or answer; the message carries its log tail."""
@@ -80,26 +79,6 @@ class ZkServerError(RuntimeError):
 def zookeeper_available(jar: Path = DEFAULT_ZK_JAR) -> bool:
     """Can :class:`ZkServer` run here (a ``java`` binary and the ZooKeeper jar)?"""
     return jar.is_file() and shutil.which("java") is not None
-
-
-def find_free_port(host: str = _LOOPBACK) -> int:
-    """A TCP port nobody listens on right now (another process may still take it)."""
-    return _free_ports(1, host)[0]
-
-
-def _free_ports(count: int, host: str = _LOOPBACK) -> list[int]:
-    # Hold every socket open until all are chosen, or the kernel may hand out
-    # the same ephemeral port twice.
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
@@ -125,17 +104,7 @@ class QuorumPeer:
     election_port: int
 
 
-_live_servers: weakref.WeakSet[ZkServer] = weakref.WeakSet()
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for server in list(_live_servers):
-        with contextlib.suppress(Exception):
-            server.kill()
-
-
-class ZkServer:
+class ZkServer(ChildProcess):
     """One ZooKeeper server process.
 
     Standalone by default; given ``server_id`` and ``peers`` it is a member of
@@ -143,6 +112,11 @@ class ZkServer:
     ``tickTime``: session expiry is checked at that granularity, and the
     allowed session timeouts default to [``min_session_timeout_ms``, 60 s].
     """
+
+    log_name = "zookeeper.log"
+    label = "ZooKeeper"
+    error = ZkServerError
+    port_in_use = "Address already in use"
 
     def __init__(
         self,
@@ -161,9 +135,7 @@ class ZkServer:
     ) -> None:
         if (server_id is None) != (not peers):
             raise ValueError("server_id and peers go together (an ensemble member) or not at all")
-        self.data_dir = Path(data_dir).resolve()
-        self._port_given = port is not None
-        self.port = port if port is not None else find_free_port()
+        super().__init__(data_dir, port=port)
         self.tick_ms = tick_ms
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
@@ -173,42 +145,23 @@ class ZkServer:
         self.java = java
         self.jar = jar
         self.jvm_flags = tuple(jvm_flags)
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-        self._lock = threading.RLock()
 
     # -- paths and config -------------------------------------------------
 
     @property
-    def host(self) -> str:
-        return _LOOPBACK
-
-    @property
     def connect_string(self) -> str:
-        return f"{_LOOPBACK}:{self.port}"
+        return f"{LOOPBACK}:{self.port}"
 
     @property
     def conf_dir(self) -> Path:
         return self.data_dir / "conf"
-
-    @property
-    def log_path(self) -> Path:
-        return self.data_dir / "zookeeper.log"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def running(self) -> bool:
-        """Is the process alive (it may be paused)?"""
-        return self._proc is not None and self._proc.poll() is None
 
     def _config(self) -> str:
         lines = [
             f"tickTime={self.tick_ms}",
             f"dataDir={self.data_dir / 'data'}",
             f"clientPort={self.port}",
-            f"clientPortAddress={_LOOPBACK}",
+            f"clientPortAddress={LOOPBACK}",
             f"minSessionTimeout={self.min_session_timeout_ms}",
             f"maxSessionTimeout={self.max_session_timeout_ms}",
             "admin.enableServer=false",
@@ -265,63 +218,23 @@ class ZkServer:
             if not self.jar.is_file():
                 raise ZkServerError(f"ZooKeeper jar not found at {self.jar}")
             self._write_files()
-            self._close_log()
-            self._log = open(self.log_path, "ab")  # closed in stop()/kill()
-            self._proc = subprocess.Popen(
-                self._command(),
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                cwd=self.data_dir,
-                # Own process group: stop()/kill() signal the whole group and a
-                # Ctrl-C aimed at the caller's terminal group does not reach it.
-                start_new_session=True,
-            )
-            _live_servers.add(self)
-
-    def start(self, timeout: float = 30.0) -> None:
-        """Start the server and wait until it serves requests."""
-        for attempt in range(3):
-            self.launch()
-            try:
-                self.wait_serving(timeout)
-                return
-            except ZkServerError:
-                # A port picked by find_free_port() can be taken by someone else
-                # before the JVM binds it; pick another, unless the caller chose it.
-                if self._port_given or attempt == 2 or "Address already in use" not in self.log_tail():
-                    raise
-                self.kill()
-                self.port = find_free_port()
+            self._spawn(self._command())
 
     def wait_serving(self, timeout: float = 30.0) -> None:
         """Wait until the server answers ``srvr`` with a mode (standalone, leader, follower)."""
         deadline = time.monotonic() + timeout
         while True:
-            proc = self._proc
-            if proc is None:
-                raise ZkServerError("ZooKeeper server was never started")
-            code = proc.poll()
-            if code is not None:
-                self._finish()
-                raise ZkServerError(
-                    f"ZooKeeper on port {self.port} exited with status {code} while starting; "
-                    f"log {self.log_path}:\n{self.log_tail()}"
-                )
+            self._check_alive()
             if self.mode() is not None:
                 return
             if time.monotonic() >= deadline:
-                self.kill()
-                raise ZkServerError(
-                    f"ZooKeeper on port {self.port} did not serve within {timeout:.0f} s; "
-                    f"log {self.log_path}:\n{self.log_tail()}"
-                )
+                self._give_up(f"did not serve within {timeout:.0f} s")
             time.sleep(0.05)
 
     def mode(self) -> str | None:
         """``standalone``, ``leader`` or ``follower`` while serving; None otherwise."""
         try:
-            answer = four_letter_word(_LOOPBACK, self.port, "srvr", timeout=0.5)
+            answer = four_letter_word(LOOPBACK, self.port, "srvr", timeout=0.5)
         except OSError:
             return None
         for line in answer.splitlines():
@@ -329,77 +242,8 @@ class ZkServer:
                 return line.split(":", 1)[1].strip()
         return None
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout`` seconds. Idempotent."""
-        with self._lock:
-            proc = self._proc
-            if proc is not None and proc.poll() is None:
-                self._signal(signal.SIGTERM)
-                # A paused JVM would hold the SIGTERM until continued.
-                self._signal(signal.SIGCONT)
-                try:
-                    proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self._signal(signal.SIGKILL)
-                    proc.wait()
-            self._finish()
 
-    def kill(self) -> None:
-        """SIGKILL: the server dies without closing sessions or connections cleanly."""
-        with self._lock:
-            proc = self._proc
-            if proc is not None and proc.poll() is None:
-                self._signal(signal.SIGKILL)
-                proc.wait()
-            self._finish()
-
-    def pause(self) -> None:
-        """SIGSTOP: sockets stay open, nothing answers (a hung server)."""
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-
-    def _signal(self, sig: signal.Signals) -> None:
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-
-    def _finish(self) -> None:
-        _live_servers.discard(self)
-        self._close_log()
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def __enter__(self) -> ZkServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        return f"ZkServer(port={self.port}, data_dir={str(self.data_dir)!r}, pid={self.pid})"
-
-
-class ZkEnsemble:
+class ZkEnsemble(StartStopContext):
     """``size`` ZooKeeper servers on loopback forming one ensemble (quorum)."""
 
     def __init__(
@@ -417,9 +261,9 @@ class ZkEnsemble:
         if size < 1:
             raise ValueError("an ensemble needs at least one server")
         root = Path(root_dir)
-        ports = _free_ports(3 * size)
+        ports = free_ports(3 * size)
         peers = [
-            QuorumPeer(i + 1, _LOOPBACK, ports[3 * i + 1], ports[3 * i + 2]) for i in range(size)
+            QuorumPeer(i + 1, LOOPBACK, ports[3 * i + 1], ports[3 * i + 2]) for i in range(size)
         ]
         self.servers: list[ZkServer] = [
             ZkServer(
@@ -472,15 +316,3 @@ class ZkEnsemble:
             if server.running() and server.mode() == "leader":
                 return i
         return None
-
-    def __enter__(self) -> ZkEnsemble:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -23,6 +23,7 @@ Ids are shown to users as ``<prefix>_<26 Crockford base32 characters>``
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import time
@@ -42,6 +43,7 @@ __all__ = [
 SLOTS = 4096
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _DECODE = {c: i for i, c in enumerate(_ALPHABET)}
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET.encode())
 # Crockford base32 accepts these look-alikes when decoding.
 _DECODE.update({"O": 0, "I": 1, "L": 1})
 
@@ -70,9 +72,11 @@ def slot_of(value: uuid.UUID) -> int:
 
 
 def encode_id(prefix: str, value: uuid.UUID) -> str:
-    n = value.int
-    chars = [_ALPHABET[(n >> shift) & 31] for shift in range(125, -1, -5)]
-    return f"{prefix}_{''.join(chars)}"
+    # ULID text is the 128 bits behind 2 zero bits, 5 bits a character. Shifted
+    # left by 6 into 17 bytes, RFC 4648 base32 (in C) cuts the same groups;
+    # then its alphabet is swapped for Crockford's. Runs once per firing.
+    raw = base64.b32encode((value.int << 6).to_bytes(17, "big"))[:26]
+    return f"{prefix}_{raw.translate(_TO_CROCKFORD).decode()}"
 
 
 def decode_id(prefix: str, text: str) -> uuid.UUID:

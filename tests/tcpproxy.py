@@ -23,7 +23,8 @@ import socket
 import struct
 import threading
 import time
-from types import TracebackType
+
+from cluster.childproc import StartStopContext
 
 __all__ = ["TcpProxy"]
 
@@ -82,7 +83,7 @@ class _Pipe:
                 sock.close()
 
 
-class TcpProxy:
+class TcpProxy(StartStopContext):
     """Forward ``listen_host:port`` to ``target_host:target_port``."""
 
     def __init__(
@@ -160,17 +161,6 @@ class TcpProxy:
             if sock is not None:
                 sock.close()
         self._wake_r = self._wake_w = None
-
-    def __enter__(self) -> TcpProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- faults -----------------------------------------------------------
 
