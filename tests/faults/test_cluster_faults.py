@@ -73,6 +73,7 @@ from tests.procs import (
     VakitProcess,
     running_processes,
 )
+from tests.shards import create_jobs, rows
 from tests.tcpproxy import TcpProxy
 from tests.zkfixtures import ZkEndpoint
 
@@ -118,33 +119,6 @@ def job_on(shards: shardmap.ShardMap, shard: int, url: str, **kwargs: Any) -> Cr
 
 def text_id(job_id: uuid.UUID) -> str:
     return shardmap.encode_id("job", job_id)
-
-
-def create_jobs(dsns: list[str], jobs: Sequence[CreateJobParams]) -> None:
-    """Create through the store seam, each on the shard its id routes to."""
-    shards = shardmap.ShardMap(len(dsns))
-
-    async def create() -> None:
-        store = PgStore(dsns, max_size=2, timeout=5.0)
-        await store.open()
-        try:
-            for p in jobs:
-                await store.create_job(shards.shard_of(p.id), p)
-        finally:
-            await store.close()
-
-    asyncio.run(create())
-
-
-def rows(
-    dsns: list[str], query: str, params: dict[str, Any] | None = None
-) -> list[tuple[Any, ...]]:
-    """``query`` on every shard, rows concatenated."""
-    out: list[tuple[Any, ...]] = []
-    for dsn in dsns:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-            out.extend(conn.execute(query, params).fetchall())
-    return out
 
 
 async def arows(

@@ -10,7 +10,6 @@ every stale write fenced (DESIGN.md, invariants 1-4 and 8).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import random
 import time
@@ -27,10 +26,10 @@ from psycopg.types.json import Jsonb
 import shardmap
 from cluster.model import CreateJobParams
 from cluster.pgserver import PgServer
-from cluster.pgstore import PgStore
 from tests.helpers import job_params, wait_for
 from tests.pgfixtures import SHARDS
 from tests.procs import OWNER, TOKEN, FaultSink, ProcessHarness
+from tests.shards import create_jobs, rows
 
 pytestmark = pytest.mark.faults
 
@@ -56,32 +55,6 @@ def job_on(shard: int, url: str, **kwargs: Any) -> CreateJobParams:
 
 def text_id(p: CreateJobParams) -> str:
     return shardmap.encode_id("job", p.id)
-
-
-def create_jobs(dsns: list[str], jobs: list[CreateJobParams]) -> None:
-    """Create through the store seam, each on the shard its id routes to."""
-
-    async def create() -> None:
-        store = PgStore(dsns, max_size=2, timeout=5.0)
-        await store.open()
-        try:
-            for p in jobs:
-                await store.create_job(SHARD_MAP.shard_of(p.id), p)
-        finally:
-            await store.close()
-
-    asyncio.run(create())
-
-
-def rows(
-    dsns: list[str], query: str, params: dict[str, Any] | None = None
-) -> list[tuple[Any, ...]]:
-    """``query`` on every shard, rows concatenated."""
-    out: list[tuple[Any, ...]] = []
-    for dsn in dsns:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-            out.extend(conn.execute(query, params).fetchall())
-    return out
 
 
 def total(dsns: list[str], query: str, params: dict[str, Any] | None = None) -> int:
