@@ -84,7 +84,7 @@ class PgCronStore:
         self.shard_count = store.shard_count
 
     async def _rows(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        return await self.store._fetch(shard, name, params)
+        return await self.store.fetch(shard, name, params)
 
     async def create(self, shard: int, cron: CronRecord) -> tuple[CronRecord, bool]:
         """Insert; a definition with the same name and body returns the existing
@@ -120,7 +120,7 @@ class PgCronStore:
 
     async def delete(self, shard: int, cron_id: uuid.UUID, owner: str) -> int:
         """Delete the definition and cancel its occurrences not yet started."""
-        async with self.store._conn(shard) as conn, conn.transaction():
+        async with self.store.connection(shard) as conn, conn.transaction():
             cur = await conn.execute(QUERIES["delete_cron"], {"id": cron_id, "owner": owner})
             if await cur.fetchone() is None:
                 raise NotFound("no such cron job")
@@ -148,7 +148,7 @@ class PgCronStore:
         """
         occ = params.occurrences
         try:
-            async with self.store._conn(shard) as conn, conn.transaction():
+            async with self.store.connection(shard) as conn, conn.transaction():
                 created = 0
                 if occ:
                     cur = await conn.execute(
@@ -205,7 +205,7 @@ class PgCronStore:
         return [CronRun(job_id=r.pop("id"), **r) for r in rows]
 
     async def last_successes(self, shard: int) -> list[tuple[uuid.UUID, datetime]]:
-        async with self.store._conn(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
+        async with self.store.connection(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(QUERIES["cron_last_success"], {})
             return [(r["id"], r["last_success_at"]) for r in await cur.fetchall()]
 

@@ -115,6 +115,7 @@ CRON_SKIPPED = Counter(
 )
 CRON_LAST_SUCCESS = Gauge(
     "vakit_cron_last_success_timestamp_seconds",
-    "Unix time of the last successful occurrence of a cron job.",
+    "Unix time of the last successful occurrence of an enabled cron job "
+    "(its creation time until the first success).",
     ["cron"],
 )

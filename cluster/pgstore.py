@@ -124,7 +124,8 @@ class PgStore:
             await pool.close()
 
     @asynccontextmanager
-    async def _conn(self, shard: int) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def connection(self, shard: int) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection to ``shard`` (autocommit), errors translated."""
         if not 0 <= shard < self.shard_count:
             raise ValueError(f"shard {shard} out of range 0..{self.shard_count - 1}")
         try:
@@ -139,8 +140,9 @@ class PgStore:
                 ) from exc
             raise
 
-    async def _fetch(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        async with self._conn(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
+    async def fetch(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Run the named query ``name`` on ``shard``; rows as dicts."""
+        async with self.connection(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(QUERIES[name], params)
             return await cur.fetchall() if cur.description else []
 
@@ -148,7 +150,7 @@ class PgStore:
 
     async def create_job(self, shard: int, params: CreateJobParams) -> CreateResult:
         row = _job_row(params)
-        async with self._conn(shard) as conn, conn.transaction(), conn.cursor() as cur:
+        async with self.connection(shard) as conn, conn.transaction(), conn.cursor() as cur:
             if params.idempotency_key is not None:
                 await cur.execute(QUERIES["insert_job_key"], row)
                 if await cur.fetchone() is None:
@@ -176,7 +178,7 @@ class PgStore:
         return CreateResult(_record_from_params(params), created=True)
 
     async def get_job(self, shard: int, params: GetJobParams) -> JobRecord | None:
-        async with self._conn(shard) as conn:
+        async with self.connection(shard) as conn:
             return await self._get(conn, params.id, params.owner, params.with_attempts)
 
     async def _get(
@@ -214,7 +216,7 @@ class PgStore:
     async def _change(
         self, shard: int, job_id: uuid.UUID, owner: str, names: tuple[str, str], params: dict[str, Any], verb: str
     ) -> JobRecord:
-        async with self._conn(shard) as conn:
+        async with self.connection(shard) as conn:
             # Far first, then near: the direction a job moves in, so a job the
             # mover carries over between the two statements is still found.
             for name in names:
@@ -255,7 +257,7 @@ class PgStore:
     # -- worker side ------------------------------------------------------
 
     async def claim_jobs(self, shard: int, params: ClaimParams) -> list[ClaimedJob]:
-        rows = await self._fetch(
+        rows = await self.fetch(
             shard,
             "claim_jobs",
             {
@@ -270,7 +272,7 @@ class PgStore:
         return [ClaimedJob(**r) for r in rows]
 
     async def heartbeat(self, shard: int, params: HeartbeatParams) -> set[uuid.UUID]:
-        rows = await self._fetch(
+        rows = await self.fetch(
             shard,
             "heartbeat",
             {
@@ -285,7 +287,7 @@ class PgStore:
 
     async def finish_jobs(self, shard: int, params: FinishParams) -> set[uuid.UUID]:
         results = params.results
-        rows = await self._fetch(
+        rows = await self.fetch(
             shard,
             "finish_jobs",
             {
@@ -310,7 +312,7 @@ class PgStore:
         refunds: list[bool] | None = None,
         worker: str | None = None,
     ) -> set[uuid.UUID]:
-        rows = await self._fetch(
+        rows = await self.fetch(
             shard,
             "release_jobs",
             {
@@ -323,34 +325,34 @@ class PgStore:
         return {r["id"] for r in rows}
 
     async def reap_expired(self, shard: int, limit: int = 1000, now: datetime | None = None) -> ReapResult:
-        rows = await self._fetch(shard, "reap_expired", {"limit": limit, "now": now})
+        rows = await self.fetch(shard, "reap_expired", {"limit": limit, "now": now})
         return ReapResult(rescheduled=rows[0]["rescheduled"], failed=rows[0]["failed"])
 
     async def move_far_jobs(
         self, shard: int, horizon_seconds: float, limit: int = 1000, now: datetime | None = None
     ) -> int:
-        rows = await self._fetch(
+        rows = await self.fetch(
             shard, "move_far_jobs", {"horizon": horizon_seconds, "limit": limit, "now": now}
         )
         return len(rows)
 
     async def backlog(self, shard: int, now: datetime | None = None) -> BacklogStats:
-        rows = await self._fetch(shard, "backlog", {"now": now, "cap": BACKLOG_CAP})
+        rows = await self.fetch(shard, "backlog", {"now": now, "cap": BACKLOG_CAP})
         return BacklogStats(due=rows[0]["due"], oldest_due_age_seconds=float(rows[0]["oldest_age"]))
 
     async def revoke_replaced(self, shard: int, cron_id: uuid.UUID, keep: uuid.UUID) -> int:
-        rows = await self._fetch(shard, "revoke_replaced", {"cron_id": cron_id, "keep": keep})
+        rows = await self.fetch(shard, "revoke_replaced", {"cron_id": cron_id, "keep": keep})
         return len(rows)
 
     async def schema_version(self, shard: int) -> int:
-        rows = await self._fetch(shard, "schema_version", {})
+        rows = await self.fetch(shard, "schema_version", {})
         return int(rows[0]["version"])
 
     async def worker_beat(self, shard: int, worker_id: str) -> None:
-        await self._fetch(shard, "worker_beat", {"worker": worker_id})
+        await self.fetch(shard, "worker_beat", {"worker": worker_id})
 
     async def workers_seen(self, shard: int, within_seconds: float) -> list[str]:
-        rows = await self._fetch(shard, "workers_seen", {"within": within_seconds})
+        rows = await self.fetch(shard, "workers_seen", {"within": within_seconds})
         return [r["worker_id"] for r in rows]
 
     async def maintain_history(
@@ -360,7 +362,7 @@ class PgStore:
         today = today or datetime.now(UTC).date()
         result = MaintenanceResult()
         cutoff = today - timedelta(days=retention_days)
-        async with self._conn(shard) as conn:
+        async with self.connection(shard) as conn:
             cur = await conn.execute(
                 QUERIES["ensure_partitions"],
                 {"from": today - timedelta(days=1), "to": today + timedelta(days=days_ahead)},

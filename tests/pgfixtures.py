@@ -1,10 +1,12 @@
 """PostgreSQL for the tests: real servers, started by the fixtures.
 
-Two local servers (two shards) live for the whole session; each test gets
-fresh databases cloned from a migrated template, so tests never see each
-other's rows. The servers run with a non-UTC time zone (Asia/Kolkata, +05:30)
-to catch naive-time bugs. With a Docker engine, testcontainers could provide
-the servers instead; here the local binaries are used (there is no engine).
+Two servers (two shards) live for the whole session; each test gets fresh
+databases cloned from a migrated template, so tests never see each other's
+rows. The servers run with a non-UTC time zone (Asia/Kolkata, +05:30) to catch
+naive-time bugs. When a Docker engine answers, the session servers are
+PostgreSQL 15 containers (testcontainers); otherwise local binaries, run as
+the ``postgres`` user. Fault tests that stop and start a server always use
+local binaries (``pg_ctl``), which ``make`` installs.
 """
 
 from __future__ import annotations
@@ -46,8 +48,60 @@ def start_pg(base: Path, name: str, **kwargs: object) -> PgServer:
     return server
 
 
+class ContainerPg:
+    """A PostgreSQL container with the few PgServer methods the fixtures use.
+
+    Only taken when a Docker engine answers; none does on the development
+    machine, so this path has not run there.
+    """
+
+    def __init__(self) -> None:
+        from testcontainers.community.postgres import PostgresContainer
+
+        self._container = PostgresContainer(
+            "postgres:15", username="postgres", password="postgres", dbname="postgres"
+        ).with_command("postgres -c timezone=Asia/Kolkata -c max_connections=200 -c fsync=off")
+        self._container.start()
+        host = self._container.get_container_host_ip()
+        port = self._container.get_exposed_port(5432)
+        self._base = f"postgresql://postgres:postgres@{host}:{port}"
+
+    @property
+    def dsn(self) -> str:
+        return self.dsn_for("postgres")
+
+    def dsn_for(self, dbname: str) -> str:
+        return f"{self._base}/{dbname}"
+
+    def create_database(self, name: str, template: str | None = None) -> str:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            query = psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name))
+            if template:
+                query = psycopg.sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    psycopg.sql.Identifier(name), psycopg.sql.Identifier(template)
+                )
+            conn.execute(query)
+        return self.dsn_for(name)
+
+    def stop(self, mode: str = "fast") -> None:
+        self._container.stop()
+
+
 @pytest.fixture(scope="session")
 def pg_servers() -> Iterator[list[PgServer]]:
+    from tests.zkfixtures import docker_available
+
+    if docker_available():
+        containers = [ContainerPg() for _ in range(SHARDS)]
+        try:
+            for i, c in enumerate(containers):
+                c.create_database(TEMPLATE)
+                migrate_shard(c.dsn_for(TEMPLATE), i)
+            yield containers  # type: ignore[misc]
+        finally:
+            for c in containers:
+                c.stop()
+        return
     base = make_base_dir("vakit-test-pg-")
     servers: list[PgServer] = []
     try:

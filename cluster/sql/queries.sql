@@ -477,4 +477,7 @@ SELECT r.id, r.scheduled_for, r.run_at, r.status, r.attempt, r.last_error, r.fin
  LIMIT %(limit)s;
 
 -- name: cron_last_success
-SELECT id, last_success_at FROM cron_jobs WHERE last_success_at IS NOT NULL;
+-- A cron that never succeeded counts from its creation, so one that is
+-- silent from day one still trips the "no success since" alert.
+SELECT id, coalesce(last_success_at, created_at) AS last_success_at
+  FROM cron_jobs WHERE enabled;
