@@ -41,6 +41,9 @@ class FireResult:
 
 class Target(Protocol):
     kind: str
+    # True when fire() bounds itself by ``timeout``; otherwise the worker
+    # wraps each firing in a timer of its own.
+    enforces_timeout: bool
 
     async def fire(self, job: ClaimedJob, job_id: str, timeout: float) -> FireResult:
         """Deliver one firing. Must not raise for delivery failures: report them."""

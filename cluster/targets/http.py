@@ -56,6 +56,7 @@ class PolicyResolver(AbstractResolver):
 
 class HttpTarget:
     kind = "HTTP"
+    enforces_timeout = True  # aiohttp's total timeout bounds the request
 
     def __init__(self, policy: AddressPolicy, pool_size: int = 200) -> None:
         self._policy = policy

@@ -163,6 +163,7 @@ class KafkaTarget:
     """
 
     kind = "KAFKA"
+    enforces_timeout = True  # the acknowledgement wait is bounded by the job timeout
 
     def __init__(
         self, bootstrap: str, *, flush_timeout: float = 5.0, **producer_config: Any

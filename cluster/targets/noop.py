@@ -10,6 +10,7 @@ __all__ = ["NoopTarget"]
 
 class NoopTarget:
     kind = "NOOP"
+    enforces_timeout = True  # it never waits
 
     async def fire(self, job: ClaimedJob, job_id: str, timeout: float) -> FireResult:
         return FireResult.success()

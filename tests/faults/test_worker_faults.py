@@ -144,6 +144,34 @@ def test_killed_workers_jobs_run_again_elsewhere_after_the_lease(
     assert b.metric(FENCED) == 0
 
 
+def test_killed_worker_loses_none_of_its_preloaded_jobs(
+    procs: ProcessHarness, sink: FaultSink, shard_dsns: list[str]
+) -> None:
+    # worker-a preloads jobs due in a few seconds (claimed, held in its timing
+    # wheel, not fired yet) and is SIGKILLed before their moment: the leases
+    # run out after run_at and worker-b fires each of them, once.
+    a = procs.worker("worker-a", prefetch_seconds=30).wait_ready()
+    due = datetime.now(UTC) + timedelta(seconds=4)
+    jobs = [job_on(i % SHARDS, sink.url, run_at=due, timeout=2) for i in range(8)]
+    create_jobs(shard_dsns, jobs)
+    wait_for(
+        lambda: [r[1:] for r in hot_rows(shard_dsns)] == [("RUNNING", 1, 3, "worker-a")] * len(jobs),
+        timeout=20,
+        what="worker-a preloading every job",
+    )
+    assert sink.count() == 0 and datetime.now(UTC) < due  # held, not fired
+    a.sigkill()
+    b = procs.worker("worker-b", prefetch_seconds=0).wait_ready()
+    wait_for(lambda: finished(shard_dsns, jobs) == len(jobs), timeout=60, what="every job to finish")
+    assert hot_rows(shard_dsns) == []
+    firings = sink.by_job()
+    for p in jobs:
+        assert history(shard_dsns, [p])[text_id(p)] == [("SUCCEEDED", 2)]
+        assert attempt_log(shard_dsns, p) == [(1, "LEASE_EXPIRED", "worker-a"), (2, "SUCCEEDED", "worker-b")]
+        assert [f.attempt for f in firings[text_id(p)]] == [2]  # fired once, never by worker-a
+    assert b.metric(SUCCEEDED) == len(jobs)
+
+
 # -- 2. SIGSTOP past the lease, SIGCONT after another worker finished --------------------
 
 
