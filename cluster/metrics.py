@@ -31,6 +31,7 @@ __all__ = [
     "SHARDS_LED",
     "SHARDS_OWNED",
     "START_LATENESS",
+    "TARGET_FIRES",
     "TARGET_WAITING",
     "ZK_SESSION_STATE",
 ]
@@ -78,6 +79,12 @@ TARGET_WAITING = Gauge(
     "vakit_target_waiting_jobs",
     "Jobs held back by a per-target concurrency or rate limit.",
     ["target"],
+)
+TARGET_FIRES = Counter(
+    "vakit_target_fires_total",
+    "Firings by target (HTTP host or kafka:<topic>) and result: ok, retry (a retryable "
+    "error: 408, 429, 5xx, timeout, connection) or rejected (a permanent error).",
+    ["target", "result"],
 )
 MOVED = Counter("vakit_far_jobs_moved_total", "Jobs moved from the far table to the hot table.", ["shard"])
 

@@ -108,6 +108,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._stop_deadline = float("inf")
         self._lateness_children: dict[tuple[int, str], Any] = {}
+        self._target_children: dict[tuple[str, str], Any] = {}
         self._wheel: dict[int, list[InFlight]] = {}
         self._wheel_timers: dict[int, asyncio.TimerHandle] = {}
         self.polling = asyncio.Event()  # set once every claim loop has polled once
@@ -289,7 +290,21 @@ class Worker:
             except Exception as exc:  # a target bug must not kill the worker
                 log.exception("target raised", extra=_log_fields(job, shard))
                 result = FireResult.retry(f"{type(exc).__name__}: {exc}")
+        self._count_firing(job, result)
         return self._result_for(entry, result, started, lateness)
+
+    def _count_firing(self, job: ClaimedJob, result: FireResult) -> None:
+        """The per-target error rate the on-call watches; children cached, as
+        the target key parses a URL."""
+        url = str(job.target.get("url") or job.target.get("topic") or job.target_kind)
+        outcome = "ok" if result.ok else ("retry" if result.retryable else "rejected")
+        child = self._target_children.get((url, outcome))
+        if child is None:
+            if len(self._target_children) > 10_000:
+                self._target_children.clear()  # bounded, whatever the URLs
+            child = metrics.TARGET_FIRES.labels(target_key(job.target), outcome)
+            self._target_children[(url, outcome)] = child
+        child.inc()
 
     def _result_for(
         self, entry: InFlight, result: FireResult, started: datetime, lateness: float

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from prometheus_client import REGISTRY
 
 import shardmap
 from cluster.clock import FakeClock
@@ -161,17 +162,24 @@ async def test_failed_after_max_attempts(store: MemStore, clock: FakeClock) -> N
     assert job.status is JobStatus.FAILED and job.attempt == 2 and job.last_error == "HTTP 500"
 
 
+def fires(result: str) -> float:
+    labels = {"target": "x.example", "result": result}
+    return REGISTRY.get_sample_value("vakit_target_fires_total", labels) or 0.0
+
+
 async def test_permanent_error_fails_at_once(store: MemStore, clock: FakeClock) -> None:
     p = await add_job(store, max_attempts=5)
 
     async def gone(job: ClaimedJob) -> FireResult:
         return FireResult.permanent("HTTP 404")
 
+    rejected = fires("rejected")
     worker = make_worker(store, clock, FakeTarget(gone))
     await worker.run_once(0)
     await settle(worker)
     job = await status(store, p)
     assert job.status is JobStatus.FAILED and job.attempt == 1
+    assert fires("rejected") == rejected + 1  # the per-target error rate sees it
 
 
 async def test_timeout_is_retried(store: MemStore, clock: FakeClock) -> None:
