@@ -140,7 +140,6 @@ def create_app(
     *,
     store: PgStore | None = None,
     clock: Clock | None = None,
-    extra_routes: Callable[[FastAPI, ApiContext], None] | None = None,
 ) -> FastAPI:
     store = store or PgStore(
         settings.shards,
@@ -376,8 +375,6 @@ def create_app(
     from cluster.cronapi import register_cron_routes
 
     register_cron_routes(app, ctx, owner)
-    if extra_routes is not None:
-        extra_routes(app, ctx)
     return app
 
 

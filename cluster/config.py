@@ -24,7 +24,6 @@ from pydantic_settings import (
 
 __all__ = ["Settings", "load_settings"]
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def _split_list(value: Any) -> Any:
@@ -143,12 +142,6 @@ class Settings(BaseSettings):
             if "/" in item:
                 ipaddress.ip_network(item, strict=False)
         return value
-
-    def allowed_networks(self) -> list[Network]:
-        return [ipaddress.ip_network(i, strict=False) for i in self.http_target_allow if "/" in i]
-
-    def allowed_hosts(self) -> set[str]:
-        return {i.lower() for i in self.http_target_allow if "/" not in i}
 
     @property
     def shard_count(self) -> int:

@@ -145,9 +145,6 @@ class PgServer:
             os.kill(pid, signal.SIGKILL)
             time.sleep(0.2)
 
-    def is_running(self) -> bool:
-        return self._run(pg_bin("pg_ctl"), "-D", str(self.data_dir), "status", check=False).returncode == 0
-
     def log_tail(self, lines: int = 20) -> str:
         try:
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])

@@ -94,7 +94,9 @@ def test_settings_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: object) ->
     s = Settings()
     assert s.shards == ["postgresql://a/x", "postgresql://b/y"]
     assert s.api_tokens == {"t1": "orders", "t2": "billing"}
-    assert s.allowed_hosts() == {"hooks.example.com"}
+    policy = AddressPolicy.from_list(s.http_target_allow)
+    assert policy.hosts == {"hooks.example.com"}
+    assert [str(n) for n in policy.networks] == ["10.0.0.0/8"]
 
 
 def test_settings_from_toml_with_env_winning(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
