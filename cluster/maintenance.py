@@ -90,11 +90,11 @@ class Janitor:
 class BacklogProbe:
     """Due-but-unclaimed jobs per shard, as gauges (the on-call's first look).
 
-    Run by every owner of a shard, not only its leader, so the figures keep
-    moving while ZooKeeper is away; dashboards take the max over owners."""
+    Run by every owner of a shard, not only its leader (``LeaderLoop(...,
+    owners_too=True)``), so the figures keep moving while ZooKeeper is away;
+    dashboards take the max over owners."""
 
     name = "backlog"
-    owners_too = True
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -115,7 +115,8 @@ class _Named(Protocol):
 
 
 class LeaderLoop:
-    """Runs ``task.run_once(shard)`` every ``interval`` s for each led shard."""
+    """Runs ``task.run_once(shard)`` every ``interval`` s for each led shard
+    (each owned shard with ``owners_too``)."""
 
     def __init__(
         self,
@@ -123,18 +124,21 @@ class LeaderLoop:
         coordinator: Coordinator,
         shard_count: int,
         interval: float,
+        *,
+        owners_too: bool = False,
     ) -> None:
         self.task = task
         self.coordinator = coordinator
         self.shard_count = shard_count
         self.interval = interval
+        self.owners_too = owners_too
 
     async def run_once(self) -> int:
         total = 0
         for shard in range(self.shard_count):
             # Checked per shard, right before the work: a SUSPENDED session
             # stops leader-only work at once.
-            if getattr(self.task, "owners_too", False):
+            if self.owners_too:
                 if shard not in self.coordinator.owned_shards():
                     continue
             elif not self.coordinator.is_leader(shard):
