@@ -49,8 +49,19 @@ async def test_rate_limit_spaces_firings() -> None:
 
 async def test_unlimited_targets_pass_through() -> None:
     limiter = TargetLimiter({})
-    async with limiter.slot("anything"):
-        pass
+    assert limiter.limits is False  # the worker skips the limiter altogether
+    entered = 0
+
+    async def job() -> None:
+        nonlocal entered
+        async with limiter.slot("anything"):
+            entered += 1
+            await asyncio.sleep(0.01)
+
+    # No cap: 100 jobs are inside at once, none waits.
+    async with asyncio.timeout(1):
+        await asyncio.gather(*(job() for _ in range(100)))
+    assert entered == 100 and waiting("anything") == 0
 
 
 async def test_cancelled_waiter_releases_nothing_it_did_not_take() -> None:
