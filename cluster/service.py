@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -89,6 +90,24 @@ async def _serve_ops(settings: Settings, ready: Callable[[], bool]) -> web.AppRu
     return runner
 
 
+def tune_gc() -> None:
+    """Garbage-collector settings for a worker that holds many jobs.
+
+    A worker holding a preloaded wave keeps hundreds of thousands of live
+    objects. With CPython's default thresholds (700, 10, 10), the burst of
+    allocations when that wave starts triggers full collections that each walk
+    every one of them: about 90 ms each, three per 50,000-job wave, all of it
+    start lateness. A young generation of 50,000 allocations and a full
+    collection at most every 100 of the middle one make that rare; reference
+    counting frees almost everything anyway, and young cycles are still
+    collected. What exists at start-up (modules, settings) is frozen: no
+    collection walks it again.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
 async def run_worker(settings: Settings) -> None:
     """A worker process: claim loops, heartbeats, leader-only maintenance."""
     worker_id = settings.worker_id or default_worker_id()
@@ -105,6 +124,7 @@ async def run_worker(settings: Settings) -> None:
     await asyncio.to_thread(coordinator.start)
     targets = build_targets(settings)
     worker = Worker(settings, store, coordinator, targets, worker_id=worker_id)
+    tune_gc()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
