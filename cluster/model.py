@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "TERMINAL",
@@ -172,9 +172,11 @@ class ClaimedJob:
         return str(self.target.get("kind", "?"))
 
 
-@dataclass(frozen=True)
-class Lease:
-    """What fences a write: the job and the attempt this worker claimed."""
+class Lease(NamedTuple):
+    """What fences a write: the job and the attempt this worker claimed.
+
+    A named tuple, as is :class:`JobResult`: both are made once per firing,
+    and a tuple is made in half the time of a frozen dataclass."""
 
     id: uuid.UUID
     attempt: int
@@ -188,8 +190,9 @@ class HeartbeatParams:
     now: datetime | None = None
 
 
-@dataclass(frozen=True)
-class JobResult:
+class JobResult(NamedTuple):
+    """The outcome of one firing, as the completer writes it."""
+
     lease: Lease
     outcome: Outcome
     worker: str

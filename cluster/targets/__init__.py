@@ -15,7 +15,7 @@ from cluster.model import ClaimedJob
 __all__ = ["FireResult", "Target", "firing_body", "idempotency_key"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FireResult:
     ok: bool
     retryable: bool = True
@@ -24,7 +24,7 @@ class FireResult:
 
     @classmethod
     def success(cls) -> FireResult:
-        return cls(ok=True, retryable=False)
+        return _SUCCESS  # immutable: one instance serves every firing
 
     @classmethod
     def retry(cls, error: str) -> FireResult:
@@ -37,6 +37,9 @@ class FireResult:
     @classmethod
     def skip(cls, error: str) -> FireResult:
         return cls(ok=False, retryable=False, error=error, skipped=True)
+
+
+_SUCCESS = FireResult(ok=True, retryable=False)
 
 
 class Target(Protocol):

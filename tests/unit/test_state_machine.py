@@ -182,6 +182,32 @@ async def test_permanent_error_fails_at_once(store: MemStore, clock: FakeClock) 
     assert fires("rejected") == rejected + 1  # the per-target error rate sees it
 
 
+def lateness_observed() -> float:
+    labels = {"shard": "0", "target_kind": "HTTP"}
+    return REGISTRY.get_sample_value("vakit_job_start_lateness_seconds_count", labels) or 0.0
+
+
+async def test_lateness_is_recorded_when_the_firing_starts(store: MemStore, clock: FakeClock) -> None:
+    # Recorded just after the pass of the event loop that starts the firing,
+    # not when the target answers: a hanging target still shows its lateness.
+    await add_job(store)
+    gate = asyncio.Event()
+
+    async def hanging(job: ClaimedJob) -> FireResult:
+        await gate.wait()
+        return FireResult.success()
+
+    before = lateness_observed()
+    worker = make_worker(store, clock, FakeTarget(hanging))
+    await worker.run_once(0)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert lateness_observed() == before + 1
+    gate.set()
+    await settle(worker)
+    assert lateness_observed() == before + 1  # once per firing
+
+
 async def test_timeout_is_retried(store: MemStore, clock: FakeClock) -> None:
     p = await add_job(store, timeout=1)
 
