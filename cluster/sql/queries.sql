@@ -1,6 +1,10 @@
 -- Every statement the PostgreSQL store runs, by name. Loaded once by
 -- cluster/sql/__init__.py. Parameters are psycopg named placeholders.
 --
+-- Arrays (`%(ids)b::uuid[]`) are sent in binary: psycopg dumps a list in
+-- binary about 7 times faster than as text (a timestamp 15 times), and a
+-- batch of 500 outcomes carries seven of them.
+--
 -- Time: `coalesce(%(now)s, now())` lets a test pin the clock; production
 -- passes NULL and the database's now() is the lease clock.
 --
@@ -128,7 +132,7 @@ RETURNING j.id, j.attempt, j.max_attempts, j.type, j.cron_id, j.scheduled_for, j
 UPDATE jobs j
    SET lease_until = greatest(j.lease_until,
                               coalesce(%(now)s, now()) + make_interval(secs => %(lease)s + %(grace)s))
-  FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS v(id, attempt)
+  FROM unnest(%(ids)b::uuid[], %(attempts)b::int[]) AS v(id, attempt)
  WHERE j.id = v.id AND j.status <> 'SCHEDULED' AND j.attempt = v.attempt
 RETURNING j.id;
 
@@ -140,9 +144,9 @@ RETURNING j.id;
 -- writes that counted. A succeeded cron occurrence stamps its cron's
 -- last_success_at (the "silent cron" alarm reads it).
 WITH v AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(outcomes)s::text[],
-                         %(errors)s::text[], %(delays)s::float8[], %(started)s::timestamptz[],
-                         %(lateness)s::float8[])
+    SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(outcomes)b::text[],
+                         %(errors)b::text[], %(delays)b::float8[], %(started)b::timestamptz[],
+                         %(lateness)b::float8[])
            AS v(id, attempt, outcome, error, delay, started_at, lateness)
 ),
 moved AS (
@@ -197,7 +201,7 @@ SELECT id FROM done;
 -- attempt refunded through max_attempts, so a restart does not use up the
 -- job's budget. A fired attempt is logged as RELEASED.
 WITH v AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(refunds)s::bool[])
+    SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(refunds)b::bool[])
            AS v(id, attempt, refund)
 ),
 released AS (
@@ -415,8 +419,8 @@ SELECT (SELECT count(*) FROM jobs WHERE cron_id = %(id)s) AS pending,
 -- The ledger row first: an occurrence that exists already (another
 -- materializer, or one that ran and moved to history) inserts nothing.
 WITH v AS (
-    SELECT * FROM unnest(%(job_ids)s::uuid[], %(scheduled)s::timestamptz[],
-                         %(run_at)s::timestamptz[], %(deadline)s::timestamptz[])
+    SELECT * FROM unnest(%(job_ids)b::uuid[], %(scheduled)b::timestamptz[],
+                         %(run_at)b::timestamptz[], %(deadline)b::timestamptz[])
            AS v(job_id, scheduled_for, run_at, deadline_at)
 ),
 occ AS (
