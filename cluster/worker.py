@@ -48,8 +48,9 @@ __all__ = ["InFlight", "Worker", "default_worker_id"]
 
 # Queued by stop() after the last outcome: the completer ends once it gets here.
 _DRAINED: Any = object()
-# Granularity of the preloading wheel, seconds.
-_TICK = 0.005
+# Granularity of the preloading wheel, seconds: a held job starts up to one
+# tick after its run_at (the event loop's timers are milliseconds anyway).
+_TICK = 0.001
 
 log = logging.getLogger(__name__)
 
@@ -148,13 +149,16 @@ class Worker:
             ),
         )
         state = self._shards[shard]
+        # One reading of both clocks for the batch: jobs due at the same
+        # instant land in the same tick, however long the loop below takes.
         now = self.clock.now()
+        base = asyncio.get_running_loop().time()
         for job in jobs:
             entry = InFlight(job, shard, job.lease_until, shardmap.encode_id("job", job.id))
             state.inflight[job.id] = entry
             delay = (job.run_at - now).total_seconds()
             if delay > _TICK:
-                self._hold(entry, delay)
+                self._hold(entry, base + delay)
             else:
                 entry.task = asyncio.create_task(self._run_job(entry), name=entry.job_id)
         if jobs:
@@ -207,12 +211,13 @@ class Worker:
 
     # -- preloading: a timing wheel ---------------------------------------------
 
-    def _hold(self, entry: InFlight, delay: float) -> None:
-        """Keep a prefetched job until its run_at. Jobs share one timer per
-        tick: a wave of 50,000 preloaded jobs costs a few hundred timers and
-        no sleeping coroutine each (less memory, less work at the instant)."""
+    def _hold(self, entry: InFlight, due: float) -> None:
+        """Keep a prefetched job until its run_at (``due``, in the event
+        loop's time). Jobs share one timer per tick: a wave of 50,000
+        preloaded jobs costs one timer, and no sleeping coroutine each (less
+        memory, less work at the instant)."""
         loop = asyncio.get_running_loop()
-        tick = math.ceil((loop.time() + delay) / _TICK)
+        tick = math.ceil(due / _TICK)
         bucket = self._wheel.get(tick)
         if bucket is None:
             bucket = self._wheel[tick] = []

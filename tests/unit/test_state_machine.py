@@ -297,6 +297,33 @@ async def test_graceful_stop_releases_unfired_with_refund(store: MemStore, clock
     assert job.status is JobStatus.SCHEDULED and job.max_attempts == 2
 
 
+async def test_preloaded_jobs_start_at_their_run_at_never_before() -> None:
+    # Real clock: jobs claimed ahead of time wait in the timing wheel.
+    store = MemStore(1)
+    due = datetime.now(UTC) + timedelta(seconds=0.3)
+    for run_at in [due] * 50 + [due + timedelta(seconds=0.2)]:
+        await add_job(store, run_at=run_at)
+    fired: list[tuple[datetime, datetime]] = []
+
+    async def record(job: ClaimedJob) -> FireResult:
+        fired.append((datetime.now(UTC), job.run_at))
+        return FireResult.success()
+
+    s = settings(prefetch_seconds=5)
+    worker = Worker(s, store, StaticCoordinator("w1", 1), {"HTTP": FakeTarget(record)}, worker_id="w1")
+    assert await worker.run_once(0) == 51
+    assert all(e.task is None for e in worker.inflight(0).values())  # held, not started
+    assert len(worker._wheel_timers) == 2  # one timer per instant, not per job
+    for _ in range(100):
+        if len(fired) == 51:
+            break
+        await asyncio.sleep(0.02)
+    assert len(fired) == 51
+    assert all(at >= run_at for at, run_at in fired)  # never early
+    assert await worker.flush_once(0, wait=False) == 51
+    assert worker.inflight_count == 0
+
+
 async def test_patch_and_cancel_rules(store: MemStore, clock: FakeClock) -> None:
     p = await add_job(store, run_at=T0 + timedelta(minutes=1))
     moved = await store.reschedule_job(0, RescheduleParams(p.id, "svc", T0))
