@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -180,7 +181,7 @@ class MemStore:
                         run_at=j.run_at,
                         timeout_seconds=j.timeout_seconds,
                         target=j.target,
-                        payload=j.payload,
+                        payload_json=json.dumps(j.payload),
                         lease_until=row.lease_until,
                         cron_id=j.cron_id,
                     )

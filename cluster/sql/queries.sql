@@ -125,7 +125,8 @@ UPDATE jobs j
   FROM due
  WHERE j.id = due.id
 RETURNING j.id, j.attempt, j.max_attempts, j.type, j.cron_id, j.scheduled_for, j.run_at,
-          j.timeout_seconds, j.target, j.payload, j.lease_until, j.concurrency, j.deadline_at;
+          j.timeout_seconds, j.target, j.payload::text AS payload_json, j.lease_until,
+          j.concurrency, j.deadline_at;
 
 -- name: heartbeat
 -- Extend the leases this worker still holds; a missing id was lost (fenced).

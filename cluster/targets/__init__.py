@@ -7,8 +7,9 @@ business logic of its own.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from cluster.model import ClaimedJob
 
@@ -55,14 +56,19 @@ class Target(Protocol):
     async def close(self) -> None: ...
 
 
-def firing_body(job: ClaimedJob, job_id: str) -> dict[str, Any]:
-    return {
-        "jobId": job_id,
-        "type": job.type,
-        "scheduledFor": job.scheduled_for.isoformat().replace("+00:00", "Z"),
-        "attempt": job.attempt,
-        "payload": job.payload,
-    }
+def firing_body(job: ClaimedJob, job_id: str) -> bytes:
+    """The JSON document a firing carries (HTTP body, Kafka record value):
+    ``{"jobId", "type", "scheduledFor", "attempt", "payload"}``, the payload
+    spliced in as stored."""
+    head = json.dumps(
+        {
+            "jobId": job_id,
+            "type": job.type,
+            "scheduledFor": job.scheduled_for.isoformat().replace("+00:00", "Z"),
+            "attempt": job.attempt,
+        }
+    )
+    return f'{head[:-1]}, "payload": {job.payload_json}}}'.encode()
 
 
 def idempotency_key(job: ClaimedJob, job_id: str) -> str:

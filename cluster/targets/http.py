@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import socket
 from typing import Any
 
@@ -97,7 +96,6 @@ class HttpTarget:
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
-                json_serialize=json.dumps,
                 headers={"User-Agent": _USER_AGENT},
             )
         return self._session
@@ -120,7 +118,7 @@ class HttpTarget:
         try:
             async with self._client().post(
                 url,
-                json=firing_body(job, job_id),
+                data=firing_body(job, job_id),
                 headers=headers,
                 allow_redirects=False,
                 timeout=self._timeout(timeout),

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -209,7 +208,7 @@ class KafkaTarget:
             ("Vakit-Scheduled-For", scheduled_for.encode()),
             ("Vakit-Attempt", str(job.attempt).encode()),
         ]
-        value = json.dumps(firing_body(job, job_id)).encode()
+        value = firing_body(job, job_id)
 
         loop = asyncio.get_running_loop()
         done: asyncio.Future[KafkaError | None] = loop.create_future()

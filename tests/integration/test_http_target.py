@@ -82,7 +82,7 @@ def job(url: str, attempt: int = 2) -> ClaimedJob:
         run_at=T0,
         timeout_seconds=30,
         target={"kind": "HTTP", "url": url, "headers": {"X-Team": "payments"}},
-        payload={"orderId": 98213},
+        payload_json='{"orderId": 98213, "big": 123456789012345678901234567890}',
         lease_until=T0 + timedelta(seconds=40),
     )
 
@@ -101,7 +101,9 @@ async def test_success_carries_what_a_receiver_deduplicates_on(
         "type": "order.cancel",
         "scheduledFor": "2026-11-30T00:00:00Z",
         "attempt": 2,
-        "payload": {"orderId": 98213},
+        # Spliced in as stored: even a number beyond a 64-bit integer or a
+        # double arrives exactly as the client sent it.
+        "payload": {"orderId": 98213, "big": 123456789012345678901234567890},
     }
     assert headers["Vakit-Job-Id"] == job_id
     assert headers["Vakit-Attempt"] == "2"

@@ -9,6 +9,7 @@ contract (a firing reports within its timeout), never speed goals.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 import uuid
@@ -30,7 +31,7 @@ from cluster.kafkaserver import (
     tansu_available,
 )
 from cluster.model import ClaimedJob
-from cluster.targets import FireResult, firing_body, idempotency_key
+from cluster.targets import FireResult, idempotency_key
 from cluster.targets.kafka import KafkaTarget, classify
 from tests.kafkafixtures import (  # noqa: F401  (fixtures, used by name)
     TOPIC_PARTITIONS,
@@ -67,7 +68,7 @@ def claimed(
         run_at=when,
         timeout_seconds=10,
         target=target,
-        payload=payload,
+        payload_json=json.dumps(payload),
         lease_until=when + timedelta(minutes=1),
     )
 
@@ -101,7 +102,13 @@ async def test_records_carry_the_http_body_key_and_headers(
     for job in jobs:
         job_id = str(job.id)
         record = by_id[job_id]
-        assert record.json() == firing_body(job, job_id)
+        assert record.json() == {
+            "jobId": job_id,
+            "type": "test.kafka",
+            "scheduledFor": job.scheduled_for.isoformat().replace("+00:00", "Z"),
+            "attempt": job.attempt,
+            "payload": json.loads(job.payload_json),
+        }
         assert record.key == (job.target.get("key") or job_id).encode()
         assert record.headers == {
             "Content-Type": b"application/json",
