@@ -147,8 +147,11 @@ class ClaimParams:
     now: datetime | None = None  # None: the database's now()
 
 
-@dataclass(frozen=True)
-class ClaimedJob:
+class ClaimedJob(NamedTuple):
+    """A job this worker claimed: what firing it needs. A named tuple, made
+    straight from a claim's row (its columns come in this order); a claim
+    makes hundreds at a time."""
+
     id: uuid.UUID
     attempt: int
     max_attempts: int

@@ -14,11 +14,11 @@ import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row
+from psycopg.rows import AsyncRowFactory, args_row, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -50,6 +50,11 @@ BACKLOG_CAP = 1_000_000
 _FRESH_SECONDS = 2.0
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+# A claimed row becomes a ClaimedJob directly: the claim's columns come in
+# the order of its fields (queries.sql, claim_jobs).
+_CLAIMED_ROW = args_row(ClaimedJob)
 
 # Errors that mean "the shard cannot serve us right now", as opposed to a bug:
 # connection failures and shutdowns, a pool with no connection to give, and a
@@ -142,7 +147,13 @@ class PgStore:
 
     async def fetch(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Run the named query ``name`` on ``shard``; rows as dicts."""
-        async with self.connection(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
+        return await self.fetch_as(shard, name, params, dict_row)
+
+    async def fetch_as(
+        self, shard: int, name: str, params: dict[str, Any], rows: AsyncRowFactory[R]
+    ) -> list[R]:
+        """Run the named query ``name`` on ``shard``; rows as ``rows`` makes them."""
+        async with self.connection(shard) as conn, conn.cursor(row_factory=rows) as cur:
             await cur.execute(QUERIES[name], params)
             return await cur.fetchall() if cur.description else []
 
@@ -257,7 +268,7 @@ class PgStore:
     # -- worker side ------------------------------------------------------
 
     async def claim_jobs(self, shard: int, params: ClaimParams) -> list[ClaimedJob]:
-        rows = await self.fetch(
+        return await self.fetch_as(
             shard,
             "claim_jobs",
             {
@@ -268,8 +279,8 @@ class PgStore:
                 "prefetch": params.prefetch_seconds,
                 "now": params.now,
             },
+            _CLAIMED_ROW,
         )
-        return [ClaimedJob(**r) for r in rows]
 
     async def heartbeat(self, shard: int, params: HeartbeatParams) -> set[uuid.UUID]:
         rows = await self.fetch(

@@ -124,9 +124,11 @@ UPDATE jobs j
                      + make_interval(secs => least(j.timeout_seconds, %(lease)s) + %(grace)s)
   FROM due
  WHERE j.id = due.id
-RETURNING j.id, j.attempt, j.max_attempts, j.type, j.cron_id, j.scheduled_for, j.run_at,
+-- The columns in the order of cluster.model.ClaimedJob's fields: each row
+-- becomes one without a dict in between.
+RETURNING j.id, j.attempt, j.max_attempts, j.type, j.scheduled_for, j.run_at,
           j.timeout_seconds, j.target, j.payload::text AS payload_json, j.lease_until,
-          j.concurrency, j.deadline_at;
+          j.cron_id, j.concurrency, j.deadline_at;
 
 -- name: heartbeat
 -- Extend the leases this worker still holds; a missing id was lost (fenced).
