@@ -7,18 +7,19 @@ never a 500.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import AsyncRowFactory, args_row, dict_row
+from psycopg.rows import AsyncRowFactory, dict_row, scalar_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -52,9 +53,32 @@ _FRESH_SECONDS = 2.0
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
-# A claimed row becomes a ClaimedJob directly: the claim's columns come in
-# the order of its fields (queries.sql, claim_jobs).
-_CLAIMED_ROW = args_row(ClaimedJob)
+# Parsed targets by their JSON text. A wave fires many jobs at few targets:
+# each distinct target is parsed once. Shared, so never mutated.
+_TARGETS: dict[str, dict[str, Any]] = {}
+
+
+def _target(text: str) -> dict[str, Any]:
+    target = _TARGETS.get(text)
+    if target is None:
+        if len(_TARGETS) >= 10_000:
+            _TARGETS.clear()  # bounded, whatever the targets
+        target = _TARGETS[text] = json.loads(text)
+    return target
+
+
+def _claimed_row(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
+    """A claimed row becomes a ClaimedJob directly: the claim's columns come
+    in the order of its fields (queries.sql, claim_jobs), the target as
+    text."""
+
+    def make(values: Sequence[Any]) -> ClaimedJob:
+        id_, attempt, max_attempts, type_, scheduled_for, run_at, timeout, target, *rest = values
+        return ClaimedJob(
+            id_, attempt, max_attempts, type_, scheduled_for, run_at, timeout, _target(target), *rest
+        )
+
+    return make
 
 # Errors that mean "the shard cannot serve us right now", as opposed to a bug:
 # connection failures and shutdowns, a pool with no connection to give, and a
@@ -279,11 +303,11 @@ class PgStore:
                 "prefetch": params.prefetch_seconds,
                 "now": params.now,
             },
-            _CLAIMED_ROW,
+            _claimed_row,
         )
 
     async def heartbeat(self, shard: int, params: HeartbeatParams) -> set[uuid.UUID]:
-        rows = await self.fetch(
+        rows = await self.fetch_as(
             shard,
             "heartbeat",
             {
@@ -293,12 +317,13 @@ class PgStore:
                 "grace": params.grace_seconds,
                 "now": params.now,
             },
+            scalar_row,
         )
-        return {r["id"] for r in rows}
+        return set(rows)
 
     async def finish_jobs(self, shard: int, params: FinishParams) -> set[uuid.UUID]:
         results = params.results
-        rows = await self.fetch(
+        rows = await self.fetch_as(
             shard,
             "finish_jobs",
             {
@@ -313,8 +338,9 @@ class PgStore:
                 "worker": results[0].worker if results else None,
                 "now": params.now,
             },
+            scalar_row,
         )
-        return {r["id"] for r in rows}
+        return set(rows)
 
     async def release_jobs(
         self,
@@ -323,7 +349,7 @@ class PgStore:
         refunds: list[bool] | None = None,
         worker: str | None = None,
     ) -> set[uuid.UUID]:
-        rows = await self.fetch(
+        rows = await self.fetch_as(
             shard,
             "release_jobs",
             {
@@ -332,8 +358,9 @@ class PgStore:
                 "refunds": refunds if refunds is not None else [False] * len(leases),
                 "worker": worker,
             },
+            scalar_row,
         )
-        return {r["id"] for r in rows}
+        return set(rows)
 
     async def reap_expired(self, shard: int, limit: int = 1000, now: datetime | None = None) -> ReapResult:
         rows = await self.fetch(shard, "reap_expired", {"limit": limit, "now": now})

@@ -127,7 +127,7 @@ UPDATE jobs j
 -- The columns in the order of cluster.model.ClaimedJob's fields: each row
 -- becomes one without a dict in between.
 RETURNING j.id, j.attempt, j.max_attempts, j.type, j.scheduled_for, j.run_at,
-          j.timeout_seconds, j.target, j.payload::text AS payload_json, j.lease_until,
+          j.timeout_seconds, j.target::text, j.payload::text AS payload_json, j.lease_until,
           j.cron_id, j.concurrency, j.deadline_at;
 
 -- name: heartbeat
