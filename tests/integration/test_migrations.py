@@ -57,10 +57,11 @@ def test_every_named_query_prepares_against_the_schema(pg_servers: list[PgServer
                 continue  # DDL cannot be prepared; the migration test runs it
             # PREPARE parses and plans without running: a typo or a missing
             # column fails here, not in production.
-            placeholders = sorted(set(re.findall(r"%\((\w+)\)s", text)))
+            # Text (%(x)s) and binary (%(x)b) placeholders alike.
+            placeholders = sorted(set(re.findall(r"%\((\w+)\)[sb]", text)))
             sql = text
             for i, p in enumerate(placeholders, start=1):
-                sql = sql.replace(f"%({p})s", f"${i}")
+                sql = sql.replace(f"%({p})s", f"${i}").replace(f"%({p})b", f"${i}")
             sql = sql.replace("%%", "%")
             try:
                 conn.execute(f"PREPARE q_{name} AS {sql}".encode())  # type: ignore[arg-type]
