@@ -51,6 +51,11 @@ _DRAINED: Any = object()
 # Granularity of the preloading wheel, seconds: a held job starts up to one
 # tick after its run_at (the event loop's timers are milliseconds anyway).
 _TICK = 0.001
+# Most held jobs started in one pass of the event loop. A worker holding
+# 500,000 jobs due at one instant would otherwise not answer anything (its
+# /metrics, its health checks, its completions) for about 5 s; in slices it
+# gets back to the loop every few tens of milliseconds.
+_SLICE = 5_000
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +121,11 @@ class Worker:
         self._started: list[tuple[int, str, float]] = []
         self._fired: list[tuple[ClaimedJob, FireResult]] = []
         self._metrics_due = False
+        # Instants being started in slices: until the last slice, outcomes
+        # and metrics wait (starts first; see _start_held).
+        self._starting = 0
+        self._all_started = asyncio.Event()
+        self._all_started.set()
         self._wheel: dict[int, list[InFlight]] = {}
         self._wheel_timers: dict[int, asyncio.TimerHandle] = {}
         self.polling = asyncio.Event()  # set once every claim loop has polled once
@@ -226,9 +236,27 @@ class Worker:
 
     def _release_tick(self, tick: int) -> None:
         self._wheel_timers.pop(tick, None)
-        for entry in self._wheel.pop(tick, ()):
-            if not entry.lost and entry.task is None:
-                entry.task = asyncio.create_task(self._run_job(entry), name=entry.job_id)
+        entries = self._wheel.pop(tick, [])
+        if len(entries) > _SLICE:
+            self._starting += 1
+            self._all_started.clear()
+        self._start_held(entries, 0)
+
+    def _start_held(self, entries: list[InFlight], first: int) -> None:
+        end = first + _SLICE
+        if not self._stopping.is_set():  # else stop() releases the rest
+            for entry in entries[first:end]:
+                if not entry.lost and entry.task is None:
+                    entry.task = asyncio.create_task(self._run_job(entry), name=entry.job_id)
+            if end < len(entries):
+                # After the tasks just created have taken their first step.
+                asyncio.get_running_loop().call_soon(self._start_held, entries, end)
+                return
+        if len(entries) > _SLICE:
+            self._starting -= 1
+            if not self._starting:
+                self._all_started.set()
+                self._metrics_soon()
 
     def _clear_wheel(self) -> None:
         for handle in self._wheel_timers.values():
@@ -258,6 +286,8 @@ class Worker:
 
     def _flush_metrics(self) -> None:
         self._metrics_due = False
+        if self._starting:
+            return  # after the last slice (_start_held calls again)
         started, self._started = self._started, []
         fired, self._fired = self._fired, []
         for shard, kind, lateness in started:
@@ -450,6 +480,7 @@ class Worker:
                 return
             if self.settings.complete_linger:
                 await asyncio.sleep(self.settings.complete_linger)
+            await self._all_started.wait()
             batch, drained = self._take_batch(state, first)
             try:
                 await self._write(shard, batch)

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 import shardmap
+from cluster import worker as worker_module
 from cluster.clock import FakeClock
 from cluster.config import Settings
 from cluster.coordination import StaticCoordinator
@@ -322,6 +323,55 @@ async def test_preloaded_jobs_start_at_their_run_at_never_before() -> None:
     assert all(at >= run_at for at, run_at in fired)  # never early
     assert await worker.flush_once(0, wait=False) == 51
     assert worker.inflight_count == 0
+
+
+async def test_a_large_instant_starts_in_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Held jobs due at one instant start a slice per pass of the event loop:
+    # all of them, with other work (here a ticker) running in between.
+    monkeypatch.setattr(worker_module, "_SLICE", 10)
+    store = MemStore(1)
+    due = datetime.now(UTC) + timedelta(seconds=0.2)
+    for _ in range(25):
+        await add_job(store, run_at=due)
+    fired: list[str] = []
+    target = FakeTarget()
+    target.calls = fired  # type: ignore[assignment]
+    worker = Worker(settings(prefetch_seconds=5), store, StaticCoordinator("w1", 1), {"HTTP": target}, worker_id="w1")
+    assert await worker.run_once(0) == 25
+    seen: list[int] = []
+    while len(fired) < 25:
+        seen.append(len(fired))
+        await asyncio.sleep(0)
+    assert len({job_id for job_id, _ in fired}) == 25
+    assert {10, 20} <= set(seen)  # the loop came back between slices
+    assert await worker.flush_once(0, wait=False) == 25
+
+
+async def test_stop_during_a_sliced_instant_releases_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "_SLICE", 10)
+    store = MemStore(1)
+    due = datetime.now(UTC) + timedelta(seconds=0.2)
+    params = [await add_job(store, run_at=due, max_attempts=1) for _ in range(25)]
+    first_slice = asyncio.Event()
+
+    async def count(job: ClaimedJob) -> FireResult:
+        if len(target.calls) == 10:
+            first_slice.set()
+        return FireResult.success()
+
+    target = FakeTarget(count)
+    worker = Worker(settings(prefetch_seconds=5), store, StaticCoordinator("w1", 1), {"HTTP": target}, worker_id="w1")
+    worker.start()
+    await first_slice.wait()
+    await worker.stop(grace=1)
+    fired = {job_id for job_id, _ in target.calls}
+    assert 10 <= len(fired) < 25 and len(target.calls) == len(fired)  # stopped mid-instant
+    jobs = [await status(store, p) for p in params]
+    done = {shardmap.encode_id("job", j.id) for j in jobs if j.status is JobStatus.SUCCEEDED}
+    back = [j for j in jobs if j.status is JobStatus.SCHEDULED]
+    assert done == fired  # what fired was recorded, once
+    assert len(back) == 25 - len(fired)
+    assert all(j.max_attempts == 2 for j in back)  # never fired: the attempt is refunded
 
 
 async def test_patch_and_cancel_rules(store: MemStore, clock: FakeClock) -> None:
