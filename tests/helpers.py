@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
 import shardmap
-from cluster.model import CreateJobParams
+from cluster.model import ClaimedJob, CreateJobParams
 
 T = TypeVar("T")
 
@@ -163,3 +163,28 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+def claimed_job(
+    target: dict[str, Any],
+    *,
+    attempt: int = 1,
+    type: str = "test.firing",
+    payload_json: str = "{}",
+    scheduled_for: datetime | None = None,
+    timeout: int = 30,
+) -> ClaimedJob:
+    """A job as a worker holds it after a claim, for firing a target directly."""
+    when = scheduled_for or datetime(2026, 11, 30, tzinfo=UTC)
+    return ClaimedJob(
+        id=shardmap.new_uuid(),
+        attempt=attempt,
+        max_attempts=5,
+        type=type,
+        scheduled_for=when,
+        run_at=when,
+        timeout_seconds=timeout,
+        target=target,
+        payload_json=payload_json,
+        lease_until=when + timedelta(minutes=1),
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ import shardmap
 from cluster.model import ClaimedJob
 from cluster.targets.http import HttpTarget
 from cluster.targets.policy import AddressPolicy
+from tests.helpers import claimed_job
 
 T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
 
@@ -73,17 +74,12 @@ async def target() -> AsyncIterator[HttpTarget]:
 
 
 def job(url: str, attempt: int = 2) -> ClaimedJob:
-    return ClaimedJob(
-        id=shardmap.new_uuid(7),
+    return claimed_job(
+        {"kind": "HTTP", "url": url, "headers": {"X-Team": "payments"}},
         attempt=attempt,
-        max_attempts=5,
         type="order.cancel",
-        scheduled_for=T0,
-        run_at=T0,
-        timeout_seconds=30,
-        target={"kind": "HTTP", "url": url, "headers": {"X-Team": "payments"}},
         payload_json='{"orderId": 98213, "big": 123456789012345678901234567890}',
-        lease_until=T0 + timedelta(seconds=40),
+        scheduled_for=T0,
     )
 
 

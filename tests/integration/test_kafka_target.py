@@ -33,6 +33,7 @@ from cluster.kafkaserver import (
 from cluster.model import ClaimedJob
 from cluster.targets import FireResult, idempotency_key
 from cluster.targets.kafka import KafkaTarget, classify
+from tests.helpers import claimed_job
 from tests.kafkafixtures import (  # noqa: F401  (fixtures, used by name)
     TOPIC_PARTITIONS,
     kafka_broker,
@@ -59,17 +60,8 @@ def claimed(
     target: dict[str, Any] = {"kind": "KAFKA", "topic": topic}
     if key is not None:
         target["key"] = key
-    return ClaimedJob(
-        id=uuid.uuid4(),
-        attempt=attempt,
-        max_attempts=5,
-        type="test.kafka",
-        scheduled_for=when,
-        run_at=when,
-        timeout_seconds=10,
-        target=target,
-        payload_json=json.dumps(payload),
-        lease_until=when + timedelta(minutes=1),
+    return claimed_job(
+        target, attempt=attempt, type="test.kafka", payload_json=json.dumps(payload), scheduled_for=when
     )
 
 
