@@ -145,6 +145,7 @@ class LeaderLoop:
                 continue
             try:
                 total += await self.task.run_once(shard)
+                metrics.MAINTENANCE_LAST_SUCCESS.labels(self.task.name, str(shard)).set_to_current_time()
             except VakitError as exc:
                 log.warning("%s failed: %s", self.task.name, exc, extra={"shard": shard})
             except Exception:

@@ -19,11 +19,13 @@ __all__ = [
     "CRON_MATERIALIZED",
     "CRON_MISSED",
     "CRON_SKIPPED",
+    "DB_POOL",
     "FAILED",
     "FENCED",
     "INFLIGHT",
     "LEADERSHIP_CHANGES",
     "LEASE_EXPIRED",
+    "MAINTENANCE_LAST_SUCCESS",
     "MOVED",
     "OLDEST_DUE_AGE",
     "REBALANCES",
@@ -31,6 +33,7 @@ __all__ = [
     "SHARDS_LED",
     "SHARDS_OWNED",
     "START_LATENESS",
+    "STORE_QUERY_SECONDS",
     "TARGET_FIRES",
     "TARGET_WAITING",
     "ZK_SESSION_STATE",
@@ -119,6 +122,24 @@ CRON_SKIPPED = Counter(
     "vakit_cron_skipped_total",
     "Cron occurrences skipped by concurrency policy (FORBID).",
     ["cron"],
+)
+STORE_QUERY_SECONDS = Histogram(
+    "vakit_store_query_seconds",
+    "Seconds one named statement took on a shard, waiting for a pooled connection included.",
+    ["shard", "query"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+DB_POOL = Gauge(
+    "vakit_db_pool_connections",
+    "This process's connections to a shard: size (open), idle, and waiting "
+    "(requests queued for a connection), as of its last statement there.",
+    ["shard", "state"],
+)
+MAINTENANCE_LAST_SUCCESS = Gauge(
+    "vakit_maintenance_last_success_timestamp_seconds",
+    "Unix time a leader-only loop (reaper, mover, janitor, backlog, materializer) "
+    "last finished a pass on a shard without error.",
+    ["loop", "shard"],
 )
 CRON_LAST_SUCCESS = Gauge(
     "vakit_cron_last_success_timestamp_seconds",

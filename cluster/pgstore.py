@@ -23,6 +23,7 @@ from psycopg.rows import AsyncRowFactory, dict_row, scalar_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from cluster import metrics
 from cluster.errors import Conflict, NotFound, ShardUnavailable, VakitError
 from cluster.model import (
     AttemptRecord,
@@ -110,6 +111,11 @@ class PgStore:
             raise ValueError("at least one shard DSN is needed (VAKIT_SHARDS)")
         self.shard_count = len(dsns)
         self._returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        self._timers: dict[tuple[int, str], Any] = {}
+        self._pool_gauges = [
+            tuple(metrics.DB_POOL.labels(str(i), state) for state in ("size", "idle", "waiting"))
+            for i in range(self.shard_count)
+        ]
         self._pools = [
             AsyncConnectionPool(
                 dsn,
@@ -177,9 +183,27 @@ class PgStore:
         self, shard: int, name: str, params: dict[str, Any], rows: AsyncRowFactory[R]
     ) -> list[R]:
         """Run the named query ``name`` on ``shard``; rows as ``rows`` makes them."""
-        async with self.connection(shard) as conn, conn.cursor(row_factory=rows) as cur:
-            await cur.execute(QUERIES[name], params)
-            return await cur.fetchall() if cur.description else []
+        started = time.perf_counter()
+        try:
+            async with self.connection(shard) as conn, conn.cursor(row_factory=rows) as cur:
+                await cur.execute(QUERIES[name], params)
+                return await cur.fetchall() if cur.description else []
+        finally:
+            self._observe(shard, name, time.perf_counter() - started)
+
+    def _observe(self, shard: int, name: str, seconds: float) -> None:
+        """The statement's time, and the pool's state as the statement ends
+        (children kept: a wave runs a few statements per 500 jobs)."""
+        key = (shard, name)
+        child = self._timers.get(key)
+        if child is None:
+            child = self._timers[key] = metrics.STORE_QUERY_SECONDS.labels(str(shard), name)
+        child.observe(seconds)
+        stats = self._pools[shard].get_stats()
+        gauges = self._pool_gauges[shard]
+        gauges[0].set(stats.get("pool_size", 0))
+        gauges[1].set(stats.get("pool_available", 0))
+        gauges[2].set(stats.get("requests_waiting", 0))
 
     # -- API side ---------------------------------------------------------
 

@@ -6,9 +6,12 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from prometheus_client import REGISTRY
 
 import shardmap
+from cluster.coordination import StaticCoordinator
 from cluster.errors import Conflict, NotFound
+from cluster.maintenance import LeaderLoop, Reaper
 from cluster.model import (
     CancelParams,
     ClaimParams,
@@ -49,6 +52,34 @@ async def test_claim_marks_running_and_bumps_attempt(store: PgStore) -> None:
     assert again == []  # a RUNNING job is not claimed twice
     rec = await store.get_job(shard_of(p), GetJobParams(p.id, "svc"))
     assert rec is not None and rec.status is JobStatus.RUNNING
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_statement_time_and_pool_state_are_exported(store: PgStore) -> None:
+    p = job_params(URL)
+    shard = str(shard_of(p))
+    await store.create_job(shard_of(p), p)
+    before = sample("vakit_store_query_seconds_count", shard=shard, query="claim_jobs")
+    [job] = await store.claim_jobs(shard_of(p), claim())
+    assert sample("vakit_store_query_seconds_count", shard=shard, query="claim_jobs") == before + 1
+    await store.finish_jobs(shard_of(p), FinishParams((result(job),)))
+    assert sample("vakit_store_query_seconds_count", shard=shard, query="finish_jobs") >= 1
+    size = sample("vakit_db_pool_connections", shard=shard, state="size")
+    idle = sample("vakit_db_pool_connections", shard=shard, state="idle")
+    assert size >= 1 and 0 <= idle <= size
+    assert sample("vakit_db_pool_connections", shard=shard, state="waiting") == 0
+
+
+async def test_leader_loop_stamps_its_last_success(store: PgStore) -> None:
+    loop = LeaderLoop(Reaper(store), StaticCoordinator("w1", 2), 2, 5.0)
+    started = datetime.now(UTC).timestamp()
+    await loop.run_once()
+    for shard in ("0", "1"):
+        stamp = sample("vakit_maintenance_last_success_timestamp_seconds", loop="reaper", shard=shard)
+        assert stamp >= started - 1
 
 
 async def test_future_jobs_are_not_claimed(store: PgStore) -> None:
