@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from cluster import metrics
@@ -126,23 +127,33 @@ class LeaderLoop:
         interval: float,
         *,
         owners_too: bool = False,
+        on_lost: Callable[[int], None] | None = None,
     ) -> None:
         self.task = task
         self.coordinator = coordinator
         self.shard_count = shard_count
         self.interval = interval
         self.owners_too = owners_too
+        self.on_lost = on_lost  # called once for a shard this loop no longer runs
+        self._running: set[int] = set()
 
     async def run_once(self) -> int:
         total = 0
         for shard in range(self.shard_count):
             # Checked per shard, right before the work: a SUSPENDED session
             # stops leader-only work at once.
-            if self.owners_too:
-                if shard not in self.coordinator.owned_shards():
-                    continue
-            elif not self.coordinator.is_leader(shard):
+            ours = (
+                shard in self.coordinator.owned_shards()
+                if self.owners_too
+                else self.coordinator.is_leader(shard)
+            )
+            if not ours:
+                if shard in self._running:
+                    self._running.discard(shard)
+                    if self.on_lost is not None:
+                        self.on_lost(shard)
                 continue
+            self._running.add(shard)
             try:
                 total += await self.task.run_once(shard)
                 metrics.MAINTENANCE_LAST_SUCCESS.labels(self.task.name, str(shard)).set_to_current_time()

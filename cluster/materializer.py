@@ -10,6 +10,7 @@ back. Two leaders at once are harmless.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from datetime import datetime, timedelta
 
@@ -43,6 +44,7 @@ class Materializer:
         self.misfire_threshold = timedelta(seconds=misfire_threshold_seconds)
         self.catchup_cap = catchup_cap
         self.batch = batch
+        self._exported: dict[int, set[str]] = {}  # cron labels of the last-success gauge, by shard
 
     async def run_once(self, shard: int) -> int:
         """Materialize every due cron of ``shard``; returns occurrences created."""
@@ -122,5 +124,21 @@ class Materializer:
         )
 
     async def _export_last_success(self, shard: int) -> None:
-        for cron_id, when in await self.crons.last_successes(shard):
-            metrics.CRON_LAST_SUCCESS.labels(encode_id("cron", cron_id)).set(when.timestamp())
+        current = {encode_id("cron", cron_id): when for cron_id, when in await self.crons.last_successes(shard)}
+        for label, when in current.items():
+            metrics.CRON_LAST_SUCCESS.labels(label).set(when.timestamp())
+        # A cron deleted or disabled since the last pass leaves the gauge, or
+        # the silent-cron alert would fire for it for ever.
+        self._drop_series(self._exported.get(shard, set()) - current.keys())
+        self._exported[shard] = set(current)
+
+    def forget(self, shard: int) -> None:
+        """This worker no longer leads ``shard``: its crons' series are the
+        new leader's to export (a stale copy here would outlive a delete)."""
+        self._drop_series(self._exported.pop(shard, set()))
+
+    @staticmethod
+    def _drop_series(labels: set[str]) -> None:
+        for label in labels:
+            with contextlib.suppress(KeyError):  # never exported, or gone already
+                metrics.CRON_LAST_SUCCESS.remove(label)

@@ -131,21 +131,23 @@ async def run_worker(settings: Settings) -> None:
         loop.add_signal_handler(sig, stopping.set)
     runner = await _serve_ops(settings, worker.polling.is_set)
     n = store.shard_count
+    materializer = Materializer(
+        PgCronStore(store),
+        lookahead_seconds=settings.cron_lookahead_seconds,
+        misfire_threshold_seconds=settings.cron_misfire_threshold_seconds,
+        catchup_cap=settings.cron_catchup_cap,
+    )
     loops = [
         LeaderLoop(Reaper(store), coordinator, n, settings.reaper_interval),
         LeaderLoop(Mover(store, settings.far_horizon_seconds), coordinator, n, 5.0),
         LeaderLoop(Janitor(store, settings.history_retention_days), coordinator, n, 3600.0),
         LeaderLoop(BacklogProbe(store), coordinator, n, 5.0, owners_too=True),
         LeaderLoop(
-            Materializer(
-                PgCronStore(store),
-                lookahead_seconds=settings.cron_lookahead_seconds,
-                misfire_threshold_seconds=settings.cron_misfire_threshold_seconds,
-                catchup_cap=settings.cron_catchup_cap,
-            ),
+            materializer,
             coordinator,
             n,
             settings.materializer_interval,
+            on_lost=materializer.forget,
         ),
     ]
     loop_tasks = [asyncio.create_task(lp.run(stopping)) for lp in loops]

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from prometheus_client import REGISTRY
 
 import shardmap
 from cluster.clock import FakeClock
@@ -318,6 +319,34 @@ async def _count(dsns: list[str], cron_id: str, n: int) -> bool:
 async def patch_payload(api: httpx.AsyncClient, cid: str, payload: Any) -> None:
     r = await api.patch(f"/api/v1/cron-jobs/{cid}", json={"payload": payload}, headers=A)
     assert r.status_code == 200, r.text
+
+
+def last_success_series(cron_id: str) -> float | None:
+    return REGISTRY.get_sample_value("vakit_cron_last_success_timestamp_seconds", {"cron": cron_id})
+
+
+async def test_last_success_series_leave_with_their_cron(api: httpx.AsyncClient, store: PgStore) -> None:
+    # The silent-cron alert reads this gauge: a deleted or disabled cron, or
+    # a shard led elsewhere now, must not leave a series behind.
+    ids = []
+    for name in ("kept", "deleted", "disabled"):
+        r = await api.post("/api/v1/cron-jobs", json=cron_body(name=name), headers=A)
+        ids.append(r.json()["cronJobId"])
+    kept, deleted, disabled = ids
+    m = Materializer(PgCronStore(store))
+    for shard in range(store.shard_count):
+        await m.run_once(shard)
+    assert all(last_success_series(c) is not None for c in ids)
+    assert (await api.delete(f"/api/v1/cron-jobs/{deleted}", headers=A)).status_code == 204
+    patched = await api.patch(f"/api/v1/cron-jobs/{disabled}", json={"enabled": False}, headers=A)
+    assert patched.status_code == 200
+    for shard in range(store.shard_count):
+        await m.run_once(shard)
+    assert last_success_series(kept) is not None
+    assert last_success_series(deleted) is None and last_success_series(disabled) is None
+    kept_shard = shardmap.ShardMap(store.shard_count).shard_of(shardmap.decode_id("cron", kept))
+    m.forget(kept_shard)  # leadership of that shard went to another worker
+    assert last_success_series(kept) is None
 
 
 async def test_trigger_adds_one_occurrence(api: httpx.AsyncClient, shard_dsns: list[str]) -> None:
