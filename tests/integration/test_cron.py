@@ -285,7 +285,12 @@ async def test_forbid_skips_while_previous_runs(api: httpx.AsyncClient, store: P
 
 
 async def test_replace_revokes_the_running_occurrence(api: httpx.AsyncClient, store: PgStore, shard_dsns: list[str], sink: Sink) -> None:
-    body = cron_body(name="replace", schedule="* * * * *", timeZone="UTC", concurrency="REPLACE", jitterSeconds=0,
+    # A yearly schedule: the slots are the ones set_next_fire makes due. With
+    # `* * * * *` the first pass also materialized the next minute's slot
+    # (within the 60 s lookahead, with the 20 s payload): when that minute
+    # began during the test, a third occurrence ran and the count of two
+    # never came (seen once in five runs).
+    body = cron_body(name="replace", schedule="0 0 1 1 *", timeZone="UTC", concurrency="REPLACE", jitterSeconds=0,
                      target={"kind": "HTTP", "url": sink.url}, payload={"sleep": 20}, timeoutSeconds=60)
     cid = (await api.post("/api/v1/cron-jobs", json=body, headers=A)).json()["cronJobId"]
     crons = Materializer(PgCronStore(store))
