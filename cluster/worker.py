@@ -77,7 +77,7 @@ class InFlight:
     job: ClaimedJob
     shard: int
     lease_until: datetime
-    job_id: str = ""  # the public id, encoded once when claimed (not at the instant)
+    job_id: str  # the public id, encoded once when claimed (not at the instant)
     task: asyncio.Task[None] | None = None
     fired: bool = False  # the target was (or is being) called
     lost: bool = False  # a heartbeat found the lease gone
