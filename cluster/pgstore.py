@@ -194,6 +194,8 @@ class PgStore:
     def _observe(self, shard: int, name: str, seconds: float) -> None:
         """The statement's time, and the pool's state as the statement ends
         (children kept: a wave runs a few statements per 500 jobs)."""
+        if not 0 <= shard < self.shard_count:
+            return  # connection() refused it; let its ValueError through
         key = (shard, name)
         child = self._timers.get(key)
         if child is None:
