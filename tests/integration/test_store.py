@@ -73,6 +73,11 @@ async def test_statement_time_and_pool_state_are_exported(store: PgStore) -> Non
     assert sample("vakit_db_pool_connections", shard=shard, state="waiting") == 0
 
 
+async def test_out_of_range_shard_is_a_value_error(store: PgStore) -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        await store.claim_jobs(store.shard_count, claim())
+
+
 async def test_leader_loop_stamps_its_last_success(store: PgStore) -> None:
     loop = LeaderLoop(Reaper(store), StaticCoordinator("w1", 2), 2, 5.0)
     started = datetime.now(UTC).timestamp()
