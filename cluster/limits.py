@@ -80,37 +80,39 @@ class TargetLimiter:
     def __init__(self, limits: dict[str, Limit]) -> None:
         self._limits = limits
         self.limits = bool(limits)  # False: the worker skips the limiter entirely
-        self._sems: dict[str, asyncio.Semaphore] = {}
-        self._buckets: dict[str, TokenBucket] = {}
-        self._waiting: dict[str, int] = {}
+        # Limits are set at start-up: each key's semaphore, bucket and gauge
+        # child are made once, not per firing.
+        self._sems = {k: asyncio.Semaphore(v.concurrency) for k, v in limits.items() if v.concurrency}
+        now = time.monotonic()
+        self._buckets = {
+            k: TokenBucket(v.rate, burst=max(1.0, v.rate), stamp=now) for k, v in limits.items() if v.rate
+        }
+        self._waiting = {k: metrics.TARGET_WAITING.labels(k) for k in limits}
 
     @asynccontextmanager
     async def slot(self, key: str) -> AsyncIterator[None]:
-        limit = self._limits.get(key)
-        if limit is None:
+        waiting = self._waiting.get(key)
+        if waiting is None:
             yield
             return
-        self._waiting[key] = self._waiting.get(key, 0) + 1
-        metrics.TARGET_WAITING.labels(key).set(self._waiting[key])
-        sem = None
+        waiting.inc()
+        sem = self._sems.get(key)
+        acquired = False
         try:
-            if limit.concurrency:
-                sem = self._sems.setdefault(key, asyncio.Semaphore(limit.concurrency))
+            if sem is not None:
                 await sem.acquire()
-            if limit.rate:
-                bucket = self._buckets.setdefault(
-                    key, TokenBucket(limit.rate, burst=max(1.0, limit.rate), stamp=time.monotonic())
-                )
+                acquired = True
+            bucket = self._buckets.get(key)
+            if bucket is not None:
                 wait = bucket.take(time.monotonic())
                 if wait > 0:
                     await asyncio.sleep(wait)
         except BaseException:
-            if sem is not None:
+            if acquired and sem is not None:
                 sem.release()
             raise
         finally:
-            self._waiting[key] -= 1
-            metrics.TARGET_WAITING.labels(key).set(self._waiting[key])
+            waiting.dec()
         try:
             yield
         finally:

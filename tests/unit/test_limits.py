@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from prometheus_client import REGISTRY
 
 from cluster.limits import Limit, TargetLimiter
@@ -80,7 +81,11 @@ async def test_cancelled_waiter_releases_nothing_it_did_not_take() -> None:
     gate.set()
     await first
     await asyncio.gather(second, return_exceptions=True)
-    # The slot is free again exactly once: a new job gets it at once.
+    # The slot is free again exactly once: a new job gets it at once, and
+    # while it holds it a second one waits (the cap is still 1, not 2).
     async with asyncio.timeout(1):
         async with limiter.slot("h"):
-            pass
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1):
+                    async with limiter.slot("h"):
+                        pass
