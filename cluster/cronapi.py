@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 import shardmap
 from cluster.clock import utc
@@ -58,6 +58,18 @@ class PatchCronIn(_Strict):
     timeoutSeconds: int | None = Field(None, ge=1, le=86400)
     startingDeadlineSeconds: int | None = Field(None, ge=1, le=7 * 86400)
     enabled: bool | None = None
+
+    @model_validator(mode="after")
+    def _no_null_for_required(self) -> PatchCronIn:
+        # Absent means "keep"; null is only meaningful where the field may be
+        # empty (payload, startingDeadlineSeconds). Elsewhere it was a 500.
+        nulled = sorted(k for k in self.model_fields_set - _NULLABLE if getattr(self, k) is None)
+        if nulled:
+            raise ValueError(f"{', '.join(nulled)} cannot be null; leave a field out to keep it")
+        return self
+
+
+_NULLABLE = {"payload", "startingDeadlineSeconds"}
 
 
 class CronOut(BaseModel):

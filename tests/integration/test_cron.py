@@ -141,6 +141,19 @@ async def test_bad_cron_definitions_are_4xx(api: httpx.AsyncClient, shard_dsns: 
         assert (await client.get("/api/v1/cron-jobs", headers=A)).json()["items"] == []
 
 
+@pytest.mark.parametrize("field", ["schedule", "timeZone", "target", "type", "concurrency", "enabled"])
+async def test_patch_with_null_is_4xx_and_changes_nothing(api: httpx.AsyncClient, field: str) -> None:
+    cid = (await api.post("/api/v1/cron-jobs", json=cron_body(name="nulls"), headers=A)).json()["cronJobId"]
+    before = (await api.get(f"/api/v1/cron-jobs/{cid}", headers=A)).json()
+    r = await api.patch(f"/api/v1/cron-jobs/{cid}", json={field: None}, headers=A)
+    assert r.status_code == 422, r.text
+    assert field in r.text and "cannot be null" in r.text
+    assert (await api.get(f"/api/v1/cron-jobs/{cid}", headers=A)).json() == before
+    # Null stays allowed where the field may be empty.
+    r = await api.patch(f"/api/v1/cron-jobs/{cid}", json={"payload": None, "startingDeadlineSeconds": None}, headers=A)
+    assert r.status_code == 200, r.text
+
+
 async def materialize_all(store: PgStore, clock: FakeClock, **kw: Any) -> int:
     m = Materializer(PgCronStore(store), clock=clock, **kw)
     return sum([await m.run_once(s) for s in range(store.shard_count)])
