@@ -38,8 +38,9 @@ from psycopg.rows import dict_row
 
 from benchmarks.report import summary_line
 from benchmarks.sql import query
+from cluster.childproc import find_free_port
 from cluster.migrate import migrate_shard
-from cluster.pgserver import PgServer, find_free_port
+from cluster.pgserver import PgServer
 
 __all__ = [
     "REPO_ROOT",

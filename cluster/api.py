@@ -46,9 +46,6 @@ __all__ = ["ApiContext", "create_app", "job_out"]
 log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
 
-# Workers beat into each shard every few seconds while they poll it.
-_BEAT_FRESH_SECONDS = 15.0
-
 
 def problem(status: int, title: str, detail: str, **fields: Any) -> JSONResponse:
     # Extension members never override the standard ones (RFC 9457).
@@ -431,7 +428,7 @@ async def shard_readiness(store: PgStore, latest: int) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"shard": shard}
         try:
             version = await store.schema_version(shard)
-            workers = await store.workers_seen(shard, _BEAT_FRESH_SECONDS)
+            workers = await store.workers_seen(shard)
             entry.update(
                 migrated=version >= latest, schemaVersion=version, workers=len(workers), reachable=True
             )

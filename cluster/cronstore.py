@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from cluster.cron import CronRecord, Occurrence
@@ -26,7 +25,6 @@ __all__ = ["CronRun", "MaterializeParams", "PendingInfo", "PgCronStore"]
 @dataclass(frozen=True)
 class PendingInfo:
     pending: int
-    running: int
     last_finished: datetime | None
 
 
@@ -81,7 +79,6 @@ def _cron_row(c: CronRecord) -> dict[str, Any]:
 class PgCronStore:
     def __init__(self, store: PgStore) -> None:
         self.store = store
-        self.shard_count = store.shard_count
 
     async def _rows(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         return await self.store.fetch(shard, name, params)
@@ -137,7 +134,7 @@ class PgCronStore:
 
     async def pending(self, shard: int, cron_id: uuid.UUID) -> PendingInfo:
         [row] = await self._rows(shard, "cron_pending", {"id": cron_id})
-        return PendingInfo(row["pending"], row["running"], row["last_finished"])
+        return PendingInfo(row["pending"], row["last_finished"])
 
     async def materialize(self, shard: int, params: MaterializeParams) -> int | None:
         """Insert occurrences and advance ``next_fire_at`` in one transaction.
@@ -205,9 +202,8 @@ class PgCronStore:
         return [CronRun(job_id=r.pop("id"), **r) for r in rows]
 
     async def last_successes(self, shard: int) -> list[tuple[uuid.UUID, datetime]]:
-        async with self.store.connection(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(QUERIES["cron_last_success"], {})
-            return [(r["id"], r["last_success_at"]) for r in await cur.fetchall()]
+        rows = await self._rows(shard, "cron_last_success", {})
+        return [(r["id"], r["last_success_at"]) for r in rows]
 
 
 class _LostRace(Exception):

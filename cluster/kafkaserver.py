@@ -32,13 +32,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster.childproc import LOOPBACK, ChildProcess, find_free_port
+from cluster.childproc import LOOPBACK, ChildProcess
 
 __all__ = [
     "TansuBroker",
     "TansuError",
     "TansuNotFound",
-    "find_free_port",
     "find_tansu",
     "tansu_available",
 ]
@@ -103,7 +102,11 @@ def tansu_available() -> bool:
 
 
 class TansuBroker(ChildProcess):
-    """One Tansu broker process with in-memory storage, on a loopback port."""
+    """One Tansu broker process with in-memory storage, on a loopback port.
+
+    ``stop()`` takes a few seconds (about 5): Tansu drains while clients hold
+    connections open. ``kill()`` makes a broker vanish at once.
+    """
 
     log_name = "tansu.log"
     label = "Tansu"
@@ -226,11 +229,3 @@ class TansuBroker(ChildProcess):
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout`` seconds. Idempotent.
-
-        Tansu drains for a few seconds (about 5) while clients hold connections
-        open; call :meth:`kill` for a broker that vanishes at once.
-        """
-        super().stop(timeout)

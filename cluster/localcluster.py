@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster.childproc import find_free_port
 from cluster.migrate import migrate_shard
-from cluster.pgserver import PgServer, find_free_port
+from cluster.pgserver import PgServer
 
 __all__ = ["LocalCluster"]
 

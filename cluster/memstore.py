@@ -34,6 +34,7 @@ from cluster.model import (
     ReapResult,
     RescheduleParams,
 )
+from cluster.store import WORKER_SEEN_SECONDS
 
 __all__ = ["MemStore"]
 
@@ -327,5 +328,5 @@ class MemStore:
     async def worker_beat(self, shard: int, worker_id: str) -> None:
         return None
 
-    async def workers_seen(self, shard: int, within_seconds: float) -> list[str]:
+    async def workers_seen(self, shard: int, within_seconds: float = WORKER_SEEN_SECONDS) -> list[str]:
         return []

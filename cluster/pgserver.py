@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["PgServer", "find_free_port", "pg_bin"]
+from cluster.childproc import find_free_port
+
+__all__ = ["PgServer", "pg_bin"]
 
 _DEFAULT_BIN = "/usr/lib/postgresql/15/bin"
 
@@ -32,12 +33,6 @@ def pg_bin(name: str) -> str:
         f"PostgreSQL binary {name!r} not found in {base} or on PATH; "
         "install postgresql-15 (make setup does) or set VAKIT_PG_BIN"
     )
-
-
-def find_free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _as_postgres() -> list[str]:

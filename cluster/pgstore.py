@@ -44,6 +44,7 @@ from cluster.model import (
     RescheduleParams,
 )
 from cluster.sql import QUERIES
+from cluster.store import WORKER_SEEN_SECONDS
 
 __all__ = ["BACKLOG_CAP", "PgStore"]
 
@@ -415,7 +416,7 @@ class PgStore:
     async def worker_beat(self, shard: int, worker_id: str) -> None:
         await self.fetch(shard, "worker_beat", {"worker": worker_id})
 
-    async def workers_seen(self, shard: int, within_seconds: float) -> list[str]:
+    async def workers_seen(self, shard: int, within_seconds: float = WORKER_SEEN_SECONDS) -> list[str]:
         rows = await self.fetch(shard, "workers_seen", {"within": within_seconds})
         return [r["worker_id"] for r in rows]
 

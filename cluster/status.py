@@ -17,7 +17,6 @@ from cluster.pgstore import PgStore
 
 __all__ = ["cluster_status"]
 
-_SEEN_SECONDS = 15.0
 
 
 async def cluster_status(
@@ -72,7 +71,7 @@ async def cluster_status(
             try:
                 stats = await store.backlog(shard)
                 entry.update(backlog=stats.due, oldestDueAgeSeconds=stats.oldest_due_age_seconds)
-                seen = await store.workers_seen(shard, _SEEN_SECONDS)
+                seen = await store.workers_seen(shard)
             except VakitError as exc:
                 entry.update(backlog=None, oldestDueAgeSeconds=None, error=exc.message)
                 seen = []

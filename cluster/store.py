@@ -28,7 +28,11 @@ from cluster.model import (
     RescheduleParams,
 )
 
-__all__ = ["Store"]
+__all__ = ["WORKER_SEEN_SECONDS", "Store"]
+
+# Workers beat into each shard every few seconds while they poll it: one seen
+# within this window counts as polling it (readiness, status, /cluster).
+WORKER_SEEN_SECONDS = 15.0
 
 
 class Store(Protocol):
@@ -91,4 +95,4 @@ class Store(Protocol):
 
     async def worker_beat(self, shard: int, worker_id: str) -> None: ...
 
-    async def workers_seen(self, shard: int, within_seconds: float) -> list[str]: ...
+    async def workers_seen(self, shard: int, within_seconds: float = WORKER_SEEN_SECONDS) -> list[str]: ...

@@ -453,8 +453,11 @@ class Worker:
                 # The common case stays cheap: counted once per batch, no log line.
                 succeeded[kind] = succeeded.get(kind, 0) + 1
                 continue
-            job_id = shardmap.encode_id("job", res.lease.id)
-            extra = {"job_id": job_id, "shard": shard, "attempt": res.lease.attempt}
+            extra = (
+                _log_fields(entry)
+                if entry is not None
+                else {"job_id": shardmap.encode_id("job", res.lease.id), "shard": shard, "attempt": res.lease.attempt}
+            )
             if res.lease.id not in written:
                 metrics.FENCED.labels(str(shard), "complete").inc()
                 log.warning("completion fenced: the job was no longer ours", extra=extra)

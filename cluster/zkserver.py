@@ -31,7 +31,6 @@ from cluster.childproc import (
     LOOPBACK,
     ChildProcess,
     StartStopContext,
-    find_free_port,
     free_ports,
 )
 
@@ -41,7 +40,6 @@ __all__ = [
     "ZkEnsemble",
     "ZkServer",
     "ZkServerError",
-    "find_free_port",
     "four_letter_word",
     "zookeeper_available",
 ]
@@ -296,12 +294,6 @@ class ZkEnsemble(StartStopContext):
         except BaseException:
             self.stop()
             raise
-
-    def start_member(self, index: int, timeout: float = 30.0) -> None:
-        """(Re)start one member and wait until it has rejoined the quorum."""
-        server = self.servers[index]
-        server.launch()
-        server.wait_serving(timeout)
 
     def stop(self) -> None:
         for server in self.servers:

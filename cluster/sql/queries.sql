@@ -415,7 +415,6 @@ SELECT * FROM cron_jobs
 -- Occurrences of a cron still in the hot table (SCHEDULED or RUNNING), and
 -- when its latest occurrence finished.
 SELECT (SELECT count(*) FROM jobs WHERE cron_id = %(id)s) AS pending,
-       (SELECT count(*) FROM jobs WHERE cron_id = %(id)s AND status = 'RUNNING') AS running,
        (SELECT max(finished_at) FROM job_history WHERE cron_id = %(id)s) AS last_finished;
 
 -- name: insert_occurrences

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
+from cluster.childproc import find_free_port
 from cluster.kafkaserver import (
     TansuBroker,
     TansuError,
     TansuNotFound,
-    find_free_port,
     find_tansu,
     tansu_available,
 )
