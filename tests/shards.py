@@ -4,7 +4,10 @@ read back with plain SQL on every shard."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import random
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -12,8 +15,27 @@ import psycopg
 import shardmap
 from cluster.model import CreateJobParams
 from cluster.pgstore import PgStore
+from tests.helpers import job_params
 
-__all__ = ["create_jobs", "rows"]
+__all__ = ["api_body", "create_jobs", "job_on", "rows"]
+
+
+def job_on(shards: shardmap.ShardMap, shard: int, url: str, **kwargs: Any) -> CreateJobParams:
+    """``job_params`` with an id that routes to ``shard``."""
+    slot = random.choice([s for s in range(shardmap.SLOTS) if shards.shard_of_slot(s) == shard])
+    return dataclasses.replace(job_params(url, **kwargs), id=shardmap.new_uuid(slot))
+
+
+def api_body(url: str, run_at: datetime, payload: Any = None) -> dict[str, Any]:
+    """A POST /api/v1/jobs body firing ``url`` at ``run_at``."""
+    return {
+        "type": "FAULT",
+        "runAt": run_at.isoformat().replace("+00:00", "Z"),
+        "target": {"kind": "HTTP", "url": url},
+        "payload": payload or {},
+        "timeoutSeconds": 30,
+        "maxAttempts": 10,
+    }
 
 
 def create_jobs(dsns: list[str], jobs: Sequence[CreateJobParams]) -> None:

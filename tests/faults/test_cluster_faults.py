@@ -73,7 +73,7 @@ from tests.procs import (
     VakitProcess,
     running_processes,
 )
-from tests.shards import create_jobs, rows
+from tests.shards import api_body, create_jobs, job_on, rows
 from tests.tcpproxy import TcpProxy
 from tests.zkfixtures import ZkEndpoint
 
@@ -111,10 +111,15 @@ def procs4(four_shards: list[str], tmp_path: Path) -> Iterator[ProcessHarness]:
 # -- jobs and database checks --------------------------------------------------------
 
 
-def job_on(shards: shardmap.ShardMap, shard: int, url: str, **kwargs: Any) -> CreateJobParams:
-    """``job_params`` with an id that routes to ``shard``."""
-    slot = random.choice([s for s in range(shardmap.SLOTS) if shards.shard_of_slot(s) == shard])
-    return dataclasses.replace(job_params(url, **kwargs), id=shardmap.new_uuid(slot))
+def trickle(shards: shardmap.ShardMap, url: str, per_shard: int = 24) -> list[CreateJobParams]:
+    """Jobs on every shard, due from now on, one every half second: work in
+    flight while a fault hits."""
+    now = datetime.now(UTC)
+    return [
+        job_on(shards, s, url, run_at=now + timedelta(seconds=i / 2))
+        for s in range(shards.shard_count)
+        for i in range(per_shard)
+    ]
 
 
 def text_id(job_id: uuid.UUID) -> str:
@@ -196,17 +201,6 @@ def assert_each_succeeded_once(
     unseen = [text_id(i) for i in ids if (text_id(i), history[i][0][1]) not in answered]
     assert not unseen, f"{len(unseen)} successes the target never answered: {unseen[:5]}"
     return {i: history[i][0][1] for i in ids}
-
-
-def api_body(url: str, run_at: datetime, payload: Any = None) -> dict[str, Any]:
-    return {
-        "type": "CLUSTER",
-        "runAt": run_at.isoformat().replace("+00:00", "Z"),
-        "target": {"kind": "HTTP", "url": url},
-        "payload": payload or {},
-        "timeoutSeconds": 30,
-        "maxAttempts": 10,
-    }
 
 
 # -- the cluster as seen from outside -------------------------------------------------
@@ -648,12 +642,7 @@ def test_blackholed_leader_process_stops_leader_work_within_half_the_session(
         [cut_shard] = snap.owned_by(cut.name)
         assert gauges(cut) == (1, 1) and snap.leaders[cut_shard] == cut.name
 
-        now = datetime.now(UTC)
-        jobs = [
-            job_on(shards, s, sink.url, run_at=now + timedelta(seconds=i / 2))
-            for s in range(n)
-            for i in range(24)
-        ]
+        jobs = trickle(shards, sink.url)
         create_jobs(dsns, jobs)
 
         blackholed = time.monotonic()
@@ -1114,12 +1103,7 @@ def test_ensemble_carries_on_when_its_leader_node_is_killed(
     b.wait_ready()
     with cluster_view(connect) as view:
         wait_steady(view, [a, b], n, "steady on the ensemble")
-        now = datetime.now(UTC)
-        jobs = [
-            job_on(shards, s, sink.url, run_at=now + timedelta(seconds=i / 2))
-            for s in range(n)
-            for i in range(24)
-        ]
+        jobs = trickle(shards, sink.url)
         create_jobs(dsns, jobs)
         victim = zk_ensemble.leader()
         assert victim is not None, "no ensemble member says it leads"

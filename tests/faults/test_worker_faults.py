@@ -10,8 +10,6 @@ every stale write fenced (DESIGN.md, invariants 1-4 and 8).
 
 from __future__ import annotations
 
-import dataclasses
-import random
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -26,10 +24,10 @@ from psycopg.types.json import Jsonb
 import shardmap
 from cluster.model import CreateJobParams
 from cluster.pgserver import PgServer
-from tests.helpers import job_params, wait_for
+from tests.helpers import wait_for
 from tests.pgfixtures import SHARDS
 from tests.procs import OWNER, TOKEN, FaultSink, ProcessHarness
-from tests.shards import create_jobs, rows
+from tests.shards import api_body, create_jobs, job_on, rows
 
 pytestmark = pytest.mark.faults
 
@@ -42,15 +40,6 @@ HANG = 600
 
 
 # -- jobs and database checks -------------------------------------------------------
-
-
-def slot_on(shard: int) -> int:
-    return random.choice([s for s in range(shardmap.SLOTS) if SHARD_MAP.shard_of_slot(s) == shard])
-
-
-def job_on(shard: int, url: str, **kwargs: Any) -> CreateJobParams:
-    """``job_params`` with an id that routes to ``shard``."""
-    return dataclasses.replace(job_params(url, **kwargs), id=shardmap.new_uuid(slot_on(shard)))
 
 
 def text_id(p: CreateJobParams) -> str:
@@ -109,12 +98,29 @@ def hot_rows(dsns: list[str]) -> list[tuple[Any, ...]]:
 # -- 1. SIGKILL ------------------------------------------------------------------------
 
 
+def assert_rerun_by_worker_b(
+    dsns: list[str], jobs: list[CreateJobParams], sink: FaultSink, first_answer: int | None
+) -> None:
+    """worker-a's attempt 1 expired (the target answered ``first_answer``,
+    None if it never did); worker-b ran attempt 2 and only that one counted:
+    nothing left in the hot table, each job SUCCEEDED once."""
+    assert hot_rows(dsns) == []
+    firings = sink.by_job()
+    for p in jobs:
+        assert history(dsns, [p])[text_id(p)] == [("SUCCEEDED", 2)]
+        assert attempt_log(dsns, p) == [
+            (1, "LEASE_EXPIRED", "worker-a"),
+            (2, "SUCCEEDED", "worker-b"),
+        ]
+        assert [(f.attempt, f.status) for f in firings[text_id(p)]] == [(1, first_answer), (2, 200)]
+
+
 def test_killed_workers_jobs_run_again_elsewhere_after_the_lease(
     procs: ProcessHarness, sink: FaultSink, shard_dsns: list[str]
 ) -> None:
     a = procs.worker("worker-a").wait_ready()
     jobs = [
-        job_on(i % SHARDS, sink.url, payload={"sleep_first": HANG}, timeout=3600) for i in range(6)
+        job_on(SHARD_MAP, i % SHARDS, sink.url, payload={"sleep_first": HANG}, timeout=3600) for i in range(6)
     ]
     ids = {text_id(p) for p in jobs}
     create_jobs(shard_dsns, jobs)
@@ -130,18 +136,40 @@ def test_killed_workers_jobs_run_again_elsewhere_after_the_lease(
         lambda: finished(shard_dsns, jobs) == len(jobs), timeout=60, what="every job to finish"
     )
 
-    assert hot_rows(shard_dsns) == []
-    for p in jobs:
-        assert history(shard_dsns, [p])[text_id(p)] == [("SUCCEEDED", 2)]
-        assert attempt_log(shard_dsns, p) == [
-            (1, "LEASE_EXPIRED", "worker-a"),
-            (2, "SUCCEEDED", "worker-b"),
-        ]
-    firings = sink.by_job()
-    for job_id in ids:
-        assert [(f.attempt, f.status) for f in firings[job_id]] == [(1, None), (2, 200)]
+    assert_rerun_by_worker_b(shard_dsns, jobs, sink, first_answer=None)  # killed mid-firing
     assert b.metric(SUCCEEDED) == len(jobs)
     assert b.metric(FENCED) == 0
+
+
+def test_killed_worker_with_unwritten_outcomes_loses_none(
+    procs: ProcessHarness, sink: FaultSink, shard_dsns: list[str]
+) -> None:
+    # worker-a fires, the target answers 200, and worker-a is SIGKILLed while
+    # the outcomes still wait in its completer (a long linger): nothing wrote
+    # them, so after the lease worker-b runs each job again (at least once),
+    # and only attempt 2 is recorded, once.
+    a = procs.worker("worker-a", complete_linger=60).wait_ready()
+    jobs = [job_on(SHARD_MAP, i % SHARDS, sink.url, timeout=3600) for i in range(6)]
+    ids = {text_id(p) for p in jobs}
+    create_jobs(shard_dsns, jobs)
+    wait_for(
+        lambda: all(
+            [f.status for f in sink.by_job().get(i, [])] == [200] for i in ids
+        ),
+        timeout=20,
+        what="the target answering worker-a for every job",
+    )
+    assert a.metric(SUCCEEDED) == 0  # the test's premise: no outcome written yet
+    assert sorted((status, attempt, by) for _, status, attempt, _, by in hot_rows(shard_dsns)) == [
+        ("RUNNING", 1, "worker-a")
+    ] * len(jobs)
+
+    b = procs.worker("worker-b").wait_ready()
+    a.sigkill()
+    wait_for(lambda: finished(shard_dsns, jobs) == len(jobs), timeout=60, what="every job to finish")
+
+    assert_rerun_by_worker_b(shard_dsns, jobs, sink, first_answer=200)
+    assert b.metric(SUCCEEDED) == len(jobs) and b.metric(FENCED) == 0
 
 
 def test_killed_worker_loses_none_of_its_preloaded_jobs(
@@ -152,7 +180,7 @@ def test_killed_worker_loses_none_of_its_preloaded_jobs(
     # run out after run_at and worker-b fires each of them, once.
     a = procs.worker("worker-a", prefetch_seconds=30).wait_ready()
     due = datetime.now(UTC) + timedelta(seconds=4)
-    jobs = [job_on(i % SHARDS, sink.url, run_at=due, timeout=2) for i in range(8)]
+    jobs = [job_on(SHARD_MAP, i % SHARDS, sink.url, run_at=due, timeout=2) for i in range(8)]
     create_jobs(shard_dsns, jobs)
     wait_for(
         lambda: [r[1:] for r in hot_rows(shard_dsns)] == [("RUNNING", 1, 3, "worker-a")] * len(jobs),
@@ -183,7 +211,7 @@ def test_paused_worker_writes_nothing_for_a_job_it_lost(
     # Attempt 1 is answered (200) while worker-a is stopped: the success waits
     # in its socket and is what it reports when it runs again.
     jobs = [
-        job_on(i % SHARDS, sink.url, payload={"sleep_first": 2.0}, timeout=3600) for i in range(2)
+        job_on(SHARD_MAP, i % SHARDS, sink.url, payload={"sleep_first": 2.0}, timeout=3600) for i in range(2)
     ]
     ids = {text_id(p) for p in jobs}
     create_jobs(shard_dsns, jobs)
@@ -216,16 +244,7 @@ def test_paused_worker_writes_nothing_for_a_job_it_lost(
     assert a.alive(), a.log_tail()
     assert a.metric(SUCCEEDED) == 0
     assert b.metric(SUCCEEDED) == len(jobs) and b.metric(FENCED) == 0
-    assert hot_rows(shard_dsns) == []
-    for p in jobs:
-        assert history(shard_dsns, [p])[text_id(p)] == [("SUCCEEDED", 2)]
-        assert attempt_log(shard_dsns, p) == [
-            (1, "LEASE_EXPIRED", "worker-a"),
-            (2, "SUCCEEDED", "worker-b"),
-        ]
-    firings = sink.by_job()
-    for job_id in ids:
-        assert [(f.attempt, f.status) for f in firings[job_id]] == [(1, 200), (2, 200)]
+    assert_rerun_by_worker_b(shard_dsns, jobs, sink, first_answer=200)
     print(f"\nstale worker's fenced writes by operation: {fenced_by}")
 
 
@@ -323,17 +342,6 @@ def key_on(shard: int, prefix: str) -> str:
     raise AssertionError("no key found")
 
 
-def api_body(url: str, run_at: datetime, payload: Any = None) -> dict[str, Any]:
-    return {
-        "type": "OUTAGE",
-        "runAt": run_at.isoformat().replace("+00:00", "Z"),
-        "target": {"kind": "HTTP", "url": url},
-        "payload": payload or {},
-        "timeoutSeconds": 30,
-        "maxAttempts": 10,
-    }
-
-
 def assert_unavailable(resp: httpx.Response, shard: int) -> None:
     assert resp.status_code == 503, resp.text
     assert resp.headers["content-type"].startswith("application/problem+json")
@@ -354,12 +362,12 @@ def test_shard_outage_answers_503_and_loses_nothing(
         w.wait_ready()
 
     now = datetime.now(UTC)
-    before = [job_on(s, sink.url, run_at=now - timedelta(seconds=1)) for s in range(SHARDS)]
+    before = [job_on(SHARD_MAP, s, sink.url, run_at=now - timedelta(seconds=1)) for s in range(SHARDS)]
     # Fired before the stop, answered while the shard is down: its outcome
     # cannot be written until the shard is back.
-    inflight = job_on(down, sink.url, payload={"sleep": 2.0}, run_at=now - timedelta(seconds=1))
+    inflight = job_on(SHARD_MAP, down, sink.url, payload={"sleep": 2.0}, run_at=now - timedelta(seconds=1))
     later = [
-        job_on(s, sink.url, run_at=now + timedelta(seconds=delay), max_attempts=10)
+        job_on(SHARD_MAP, s, sink.url, run_at=now + timedelta(seconds=delay), max_attempts=10)
         for s in range(SHARDS)
         for delay in (4, 8, 16)  # during the outage, and after it
     ]
@@ -439,12 +447,12 @@ def test_sigterm_finishes_or_releases_in_flight_jobs(
     # never fired, and must get their attempt back when released.
     held_url = sink.url.replace("127.0.0.1", "localhost")
     a = procs.worker("worker-a", stop_grace_seconds=4, target_limits="localhost=1").wait_ready()
-    short = [job_on(i % SHARDS, sink.url, payload={"sleep": 1.0}) for i in range(3)]
+    short = [job_on(SHARD_MAP, i % SHARDS, sink.url, payload={"sleep": 1.0}) for i in range(3)]
     long = [
-        job_on(i % SHARDS, sink.url, payload={"sleep_first": HANG}, timeout=3600) for i in range(3)
+        job_on(SHARD_MAP, i % SHARDS, sink.url, payload={"sleep_first": HANG}, timeout=3600) for i in range(3)
     ]
     queued = [
-        job_on(i % SHARDS, held_url, payload={"sleep_first": HANG}, timeout=3600) for i in range(3)
+        job_on(SHARD_MAP, i % SHARDS, held_url, payload={"sleep_first": HANG}, timeout=3600) for i in range(3)
     ]
     jobs = [*short, *long, *queued]
     create_jobs(shard_dsns, jobs)
@@ -492,7 +500,7 @@ def test_sigterm_records_jobs_that_finish_within_the_grace(
     procs: ProcessHarness, sink: FaultSink, shard_dsns: list[str]
 ) -> None:
     a = procs.worker("worker-a", stop_grace_seconds=10).wait_ready()
-    jobs = [job_on(i % SHARDS, sink.url, payload={"sleep": 1.0 + i / 4}) for i in range(4)]
+    jobs = [job_on(SHARD_MAP, i % SHARDS, sink.url, payload={"sleep": 1.0 + i / 4}) for i in range(4)]
     create_jobs(shard_dsns, jobs)
     wait_for(
         lambda: {text_id(p) for p in jobs} <= sink.job_ids(attempt=1),
@@ -511,7 +519,7 @@ def test_sigterm_while_a_shard_is_down_still_exits(
     dsns = own_procs.shards
     down = 1
     a = own_procs.worker("worker-a", stop_grace_seconds=2).wait_ready()
-    jobs = [job_on(down, sink.url, payload={"sleep": 1.0 + i}) for i in range(2)]
+    jobs = [job_on(SHARD_MAP, down, sink.url, payload={"sleep": 1.0 + i}) for i in range(2)]
     create_jobs(dsns, jobs)
     wait_for(
         lambda: {text_id(p) for p in jobs} <= sink.job_ids(attempt=1),
@@ -562,7 +570,7 @@ def test_worker_resumes_a_shard_that_refused_writes_for_a_while(
     w = procs.worker("worker-a").wait_ready()
     due = datetime.now(UTC) + timedelta(seconds=2)
     jobs = [
-        job_on(s, sink.url, run_at=due, max_attempts=10) for s in range(SHARDS) for _ in range(2)
+        job_on(SHARD_MAP, s, sink.url, run_at=due, max_attempts=10) for s in range(SHARDS) for _ in range(2)
     ]
     create_jobs(shard_dsns, jobs)
     # A database that refuses writes: a standby, or an operator's freeze.

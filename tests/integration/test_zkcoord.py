@@ -8,6 +8,7 @@ speed goals.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import threading
@@ -19,9 +20,10 @@ import pytest
 from kazoo.client import KazooClient
 from prometheus_client import REGISTRY
 
+from cluster.childproc import find_free_port
 from cluster.coordination import Member
 from cluster.zkcoord import CoordinationUnavailable, ZkClusterView, ZkCoordinator, assign_shards
-from cluster.zkserver import ZkEnsemble, ZkServer, find_free_port
+from cluster.zkserver import ZkEnsemble, ZkServer
 from tests.helpers import wait_for
 from tests.tcpproxy import TcpProxy
 from tests.zkfixtures import ZkEndpoint
@@ -292,16 +294,25 @@ def test_session_expiry_moves_leadership(
     assert old.owned_shards()
 
 
-def test_blackholed_leader_stops_within_half_the_session(
+@contextlib.contextmanager
+def proxied_leader(
     make_coord: MakeCoord, zk_server: ZkEndpoint, zk_connect: str
-) -> None:
+) -> Iterator[tuple[TcpProxy, ZkCoordinator, ZkCoordinator]]:
+    """One shard, two owners: the first, which reaches ZooKeeper through a
+    proxy the test can cut, leads; the other, connected directly, waits."""
     host, _, port = zk_server.connect_string.partition(":")
     with TcpProxy(host, int(port)) as proxy:
-        # One shard, two owners: the first to start leads, the other waits.
         leader = make_coord("via-proxy", shard_count=1, connect=proxy.address + chroot_of(zk_connect))
         wait_steady([leader], 1, "the proxied member leads")
         other = make_coord("direct", shard_count=1)
         wait_steady([leader, other], 1, "steady with two owners")
+        yield proxy, leader, other
+
+
+def test_blackholed_leader_stops_within_half_the_session(
+    make_coord: MakeCoord, zk_server: ZkEndpoint, zk_connect: str
+) -> None:
+    with proxied_leader(make_coord, zk_server, zk_connect) as (proxy, leader, other):
         assert leader.is_leader(0) and not other.is_leader(0)
         owned = leader.owned_shards()
         fenced = threading.Event()
@@ -363,12 +374,7 @@ def test_blackholed_leader_stops_within_half_the_session(
 def test_cut_and_refused_connections_resume_the_session(
     make_coord: MakeCoord, zk_server: ZkEndpoint, zk_connect: str
 ) -> None:
-    host, _, port = zk_server.connect_string.partition(":")
-    with TcpProxy(host, int(port)) as proxy:
-        leader = make_coord("via-proxy", shard_count=1, connect=proxy.address + chroot_of(zk_connect))
-        wait_steady([leader], 1, "the proxied member leads")
-        other = make_coord("direct", shard_count=1)
-        wait_steady([leader, other], 1, "steady with two owners")
+    with proxied_leader(make_coord, zk_server, zk_connect) as (proxy, leader, other):
         session = leader.client.client_id
         states: list[str] = []
         leader.add_listener(lambda: states.append(leader.session_state()))
