@@ -39,7 +39,7 @@ import psycopg
 from benchmarks.bulk import JobSpec, copy_jobs
 from benchmarks.harness import REPO_ROOT
 from benchmarks.sql import query
-from cluster.sql import QUERIES as VAKIT_QUERIES
+from cluster.store.sql import QUERIES as VAKIT_QUERIES
 
 __all__ = ["CEILING_TABLE", "MODES", "CeilingResult", "measure_ceiling"]
 

@@ -38,9 +38,9 @@ from psycopg.rows import dict_row
 
 from benchmarks.report import summary_line
 from benchmarks.sql import query
-from cluster.childproc import find_free_port
-from cluster.migrate import migrate_shard
-from cluster.pgserver import PgServer
+from cluster.local.childproc import find_free_port
+from cluster.local.pgserver import PgServer
+from cluster.store.migrate import migrate_shard
 
 __all__ = [
     "REPO_ROOT",

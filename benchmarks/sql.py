@@ -11,7 +11,7 @@ from typing import LiteralString, cast
 
 from psycopg import sql
 
-from cluster.sql import load_queries
+from cluster.store.sql import load_queries
 
 __all__ = ["QUERIES", "query"]
 

@@ -45,7 +45,7 @@ def up(
     shards: int, workers: int, data_dir: str, api_port: int, zookeeper: bool, kafka: bool, demo: bool
 ) -> None:
     """Run a whole local cluster in the foreground (Ctrl-C stops it all)."""
-    from cluster.localcluster import LocalCluster, _port_free, run_foreground
+    from cluster.local.localcluster import LocalCluster, _port_free, run_foreground
 
     if api_port and not _port_free(api_port):
         click.echo(f"port {api_port} is taken; picking a free one", err=True)
@@ -91,7 +91,7 @@ def migrate(config: str | None) -> None:
     """Bring every shard's schema up to date (idempotent)."""
     settings = _settings(config)
     _need_shards(settings)
-    from cluster.migrate import migrate_shard
+    from cluster.store.migrate import migrate_shard
 
     for shard, dsn in enumerate(settings.shards):
         applied = migrate_shard(dsn, shard)
@@ -105,7 +105,7 @@ def status(config: str | None, as_json: bool) -> None:
     """Members, shard owners and leaders, and backlog per shard."""
     settings = _settings(config)
     _need_shards(settings)
-    from cluster.status import cluster_status
+    from cluster.coordination.report import cluster_status
 
     report = asyncio.run(cluster_status(settings))
     if as_json:

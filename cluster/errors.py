@@ -10,6 +10,7 @@ from typing import Any
 
 __all__ = [
     "Conflict",
+    "CoordinationUnavailable",
     "InvalidRequest",
     "NotFound",
     "Overloaded",
@@ -78,3 +79,10 @@ class ShardUnavailable(VakitError):
         super().__init__(message, shard=shard, **fields)
         self.shard = shard
         self.retry_after = retry_after
+
+
+class CoordinationUnavailable(VakitError):
+    """ZooKeeper could not be reached, or did not answer, in time."""
+
+    status = 503
+    title = "Coordination unavailable"

@@ -12,6 +12,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+import shardmap
+
 __all__ = [
     "TERMINAL",
     "AttemptRecord",
@@ -20,6 +22,8 @@ __all__ = [
     "ClaimedJob",
     "CreateJobParams",
     "CreateResult",
+    "CronRecord",
+    "CronRun",
     "FinishParams",
     "GetJobParams",
     "HeartbeatParams",
@@ -27,7 +31,10 @@ __all__ = [
     "JobResult",
     "JobStatus",
     "Lease",
+    "MaterializeParams",
+    "Occurrence",
     "Outcome",
+    "PendingInfo",
     "ReapResult",
     "RescheduleParams",
 ]
@@ -232,3 +239,110 @@ class MaintenanceResult:
     dropped_partitions: list[str] = field(default_factory=list)
     purged_rows: int = 0
     purged_keys: int = 0
+
+
+# -- cron jobs ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CronRecord:
+    id: uuid.UUID
+    owner: str
+    name: str
+    schedule: str
+    schedule_kind: str
+    time_zone: str
+    type: str
+    target: dict[str, Any]
+    payload: Any
+    misfire_policy: str
+    concurrency: str
+    jitter_seconds: int
+    max_attempts: int
+    timeout_seconds: int
+    starting_deadline_seconds: int | None
+    enabled: bool
+    anchor: datetime
+    next_fire_at: datetime | None
+    fingerprint: str
+    last_fire_at: datetime | None = None
+    last_success_at: datetime | None = None
+    missed_count: int = 0
+    skipped_count: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def id_text(self) -> str:
+        return shardmap.encode_id("cron", self.id)
+
+    @property
+    def target_kind(self) -> str:
+        return str(self.target["kind"])
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> CronRecord:
+        return cls(
+            id=row["id"],
+            owner=row["owner_service"],
+            name=row["name"],
+            schedule=row["schedule"],
+            schedule_kind=row["schedule_kind"],
+            time_zone=row["time_zone"],
+            type=row["type"],
+            target=row["target"],
+            payload=row["payload"],
+            misfire_policy=row["misfire_policy"],
+            concurrency=row["concurrency"],
+            jitter_seconds=row["jitter_seconds"],
+            max_attempts=row["max_attempts"],
+            timeout_seconds=row["timeout_seconds"],
+            starting_deadline_seconds=row["starting_deadline_seconds"],
+            enabled=row["enabled"],
+            anchor=row["anchor"],
+            next_fire_at=row["next_fire_at"],
+            fingerprint=row["fingerprint"],
+            last_fire_at=row["last_fire_at"],
+            last_success_at=row["last_success_at"],
+            missed_count=row["missed_count"],
+            skipped_count=row["skipped_count"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    job_id: uuid.UUID
+    scheduled_for: datetime
+    run_at: datetime
+    deadline_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PendingInfo:
+    pending: int
+    last_finished: datetime | None
+
+
+@dataclass(frozen=True)
+class CronRun:
+    job_id: uuid.UUID
+    scheduled_for: datetime
+    run_at: datetime
+    status: str
+    attempt: int
+    last_error: str | None
+    finished_at: datetime | None
+    lateness_seconds: float | None
+
+
+@dataclass(frozen=True)
+class MaterializeParams:
+    cron_id: uuid.UUID
+    expected_next: datetime | None  # compare-and-set on next_fire_at
+    occurrences: tuple[Occurrence, ...]
+    next_fire_at: datetime | None
+    last_fire: datetime | None
+    missed: int = 0
+    skipped: int = 0

@@ -16,16 +16,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import cluster
 from cluster.config import Settings
-from cluster.coordination import Coordinator, Member, StaticCoordinator
-from cluster.cronstore import PgCronStore
-from cluster.maintenance import BacklogProbe, Janitor, LeaderLoop, Mover, Reaper
-from cluster.materializer import Materializer
-from cluster.pgstore import PgStore
+from cluster.coordination.base import Coordinator, Member, StaticCoordinator
+from cluster.leader.backlog import BacklogProbe
+from cluster.leader.janitor import Janitor
+from cluster.leader.loop import LeaderLoop
+from cluster.leader.materializer import Materializer
+from cluster.leader.mover import Mover
+from cluster.leader.reaper import Reaper
+from cluster.store.postgres import PgStore
+from cluster.store.postgres_cron import PgCronStore
 from cluster.targets import Target
 from cluster.targets.http import HttpTarget
 from cluster.targets.noop import NoopTarget
 from cluster.targets.policy import AddressPolicy
-from cluster.worker import Worker, default_worker_id
+from cluster.worker.worker import Worker, default_worker_id
 
 __all__ = ["build_targets", "make_coordinator", "run_api", "run_worker"]
 
@@ -51,7 +55,7 @@ def make_coordinator(settings: Settings, worker_id: str) -> Coordinator:
         return StaticCoordinator(worker_id, settings.shard_count)
     from datetime import UTC, datetime
 
-    from cluster.zkcoord import ZkCoordinator
+    from cluster.coordination.zookeeper import ZkCoordinator
 
     member = Member(
         id=worker_id,
@@ -169,7 +173,7 @@ async def run_worker(settings: Settings) -> None:
 def run_api(settings: Settings) -> None:
     import uvicorn
 
-    from cluster.api import create_app
+    from cluster.api.app import create_app
 
     app = create_app(settings)
     uvicorn.run(

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from cluster.kafkaserver import TansuBroker, tansu_available
+from cluster.local.kafkaserver import TansuBroker, tansu_available
 
 if TYPE_CHECKING:
     # The client's own alias for what Message.headers() returns (a private module).

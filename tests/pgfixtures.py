@@ -22,9 +22,9 @@ import psycopg
 import psycopg.sql
 import pytest
 
-from cluster.migrate import migrate_shard
-from cluster.pgserver import PgServer
-from cluster.pgstore import PgStore
+from cluster.local.pgserver import PgServer
+from cluster.store.migrate import migrate_shard
+from cluster.store.postgres import PgStore
 
 TEMPLATE = "vakit_template"
 SHARDS = 2

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.childproc import find_free_port
+from cluster.local.childproc import find_free_port
 
 __all__ = [
     "FAULT_SETTINGS",

@@ -14,7 +14,7 @@ import psycopg
 
 import shardmap
 from cluster.model import CreateJobParams
-from cluster.pgstore import PgStore
+from cluster.store.postgres import PgStore
 from tests.helpers import job_params
 
 __all__ = ["api_body", "create_jobs", "job_on", "rows"]

@@ -24,7 +24,7 @@ import struct
 import threading
 import time
 
-from cluster.childproc import StartStopContext
+from cluster.local.childproc import StartStopContext
 
 __all__ = ["TcpProxy"]
 

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import pytest
 from kazoo.client import KazooClient
 
-from cluster.zkserver import ZkEnsemble, ZkServer, four_letter_word, zookeeper_available
+from cluster.local.zkserver import ZkEnsemble, ZkServer, four_letter_word, zookeeper_available
 
 __all__ = [
     "TEST_TICK_MS",

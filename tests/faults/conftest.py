@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.migrate import migrate_shard
-from cluster.pgserver import PgServer
+from cluster.local.pgserver import PgServer
+from cluster.store.migrate import migrate_shard
 from tests.pgfixtures import SHARDS, make_base_dir, start_pg
 from tests.procs import FaultSink, ProcessHarness, running_processes
 

@@ -47,20 +47,26 @@ import pytest
 from psycopg import sql
 
 import shardmap
-from cluster.api import create_app
+from cluster.api.app import create_app
 from cluster.config import Settings
-from cluster.coordination import Member
-from cluster.cronstore import PgCronStore
-from cluster.maintenance import Janitor, LeaderLoop, Mover, Reaper
-from cluster.materializer import Materializer
+from cluster.coordination.assignment import assign_shards
+from cluster.coordination.base import Member
+from cluster.coordination.view import ZkClusterView
+from cluster.coordination.zookeeper import ZkCoordinator
+from cluster.errors import CoordinationUnavailable
+from cluster.leader.janitor import Janitor
+from cluster.leader.loop import LeaderLoop
+from cluster.leader.materializer import Materializer
+from cluster.leader.mover import Mover
+from cluster.leader.reaper import Reaper
+from cluster.local.pgserver import PgServer
+from cluster.local.zkserver import ZkEnsemble, ZkServer
 from cluster.model import ClaimParams, CreateJobParams
-from cluster.pgserver import PgServer
-from cluster.pgstore import PgStore
+from cluster.store.postgres import PgStore
+from cluster.store.postgres_cron import PgCronStore
 from cluster.targets.http import HttpTarget
 from cluster.targets.policy import AddressPolicy
-from cluster.worker import Worker
-from cluster.zkcoord import CoordinationUnavailable, ZkClusterView, ZkCoordinator, assign_shards
-from cluster.zkserver import ZkEnsemble, ZkServer
+from cluster.worker.worker import Worker
 from tests.helpers import eventually, job_params, wait_for
 from tests.integration.test_zkcoord import expire_session
 from tests.pgfixtures import clone_databases, drop_databases
@@ -753,7 +759,7 @@ async def test_two_forced_leaders_for_60s_lose_nothing_and_double_nothing(
     zk_connect: str, shard_dsns: list[str], sink: FaultSink, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="cluster")
-    caplog.set_level(logging.INFO, logger="cluster.materializer")  # lost races are INFO
+    caplog.set_level(logging.INFO, logger="cluster.leader.materializer")  # lost races are INFO
     dsns = shard_dsns
     n = len(dsns)
     duration = 60.0

@@ -22,8 +22,8 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 import shardmap
+from cluster.local.pgserver import PgServer
 from cluster.model import CreateJobParams
-from cluster.pgserver import PgServer
 from tests.helpers import wait_for
 from tests.pgfixtures import SHARDS
 from tests.procs import OWNER, TOKEN, FaultSink, ProcessHarness

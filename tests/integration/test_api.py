@@ -11,10 +11,10 @@ import httpx
 import psycopg
 import pytest
 
-from cluster.api import create_app
+from cluster.api.app import create_app
 from cluster.config import Settings
 from cluster.model import ClaimParams
-from cluster.pgstore import PgStore
+from cluster.store.postgres import PgStore
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ import pytest
 from benchmarks import sustained, wave
 from benchmarks.report import REPORT_KEYS
 from benchmarks.stats import percentile, summarize, timeline
-from cluster.pgserver import PgServer
+from cluster.local.pgserver import PgServer
 from tests.pgfixtures import clone_databases, drop_databases
 
 pytestmark = pytest.mark.integration

@@ -17,13 +17,13 @@ from prometheus_client import REGISTRY
 import shardmap
 from cluster.clock import FakeClock
 from cluster.config import Settings
-from cluster.coordination import StaticCoordinator
-from cluster.cronstore import PgCronStore
-from cluster.materializer import Materializer
-from cluster.pgstore import PgStore
+from cluster.coordination.base import StaticCoordinator
+from cluster.leader.materializer import Materializer
+from cluster.store.postgres import PgStore
+from cluster.store.postgres_cron import PgCronStore
 from cluster.targets.http import HttpTarget
 from cluster.targets.policy import AddressPolicy
-from cluster.worker import Worker
+from cluster.worker.worker import Worker
 from tests.helpers import Sink, eventually, start_sink
 from tests.integration.test_api import A, B, client_for, settings_for
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from cluster.childproc import find_free_port
-from cluster.kafkaserver import (
+from cluster.local.childproc import find_free_port
+from cluster.local.kafkaserver import (
     TansuBroker,
     TansuError,
     TansuNotFound,

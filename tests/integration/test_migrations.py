@@ -7,9 +7,9 @@ import re
 import psycopg
 import pytest
 
-from cluster.migrate import LATEST_VERSION, migrate_shard, schema_version
-from cluster.pgserver import PgServer
-from cluster.sql import QUERIES, load_migrations
+from cluster.local.pgserver import PgServer
+from cluster.store.migrate import LATEST_VERSION, migrate_shard, schema_version
+from cluster.store.sql import QUERIES, load_migrations
 
 pytestmark = pytest.mark.integration
 

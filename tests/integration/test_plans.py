@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from cluster.model import ClaimParams
-from cluster.pgstore import PgStore
-from cluster.sql import QUERIES
+from cluster.store.postgres import PgStore
+from cluster.store.sql import QUERIES
 from tests.helpers import job_params
 
 pytestmark = pytest.mark.integration

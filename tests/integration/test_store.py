@@ -9,9 +9,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 import shardmap
-from cluster.coordination import StaticCoordinator
+from cluster.coordination.base import StaticCoordinator
 from cluster.errors import Conflict, NotFound
-from cluster.maintenance import LeaderLoop, Reaper
+from cluster.leader.loop import LeaderLoop
+from cluster.leader.reaper import Reaper
 from cluster.model import (
     CancelParams,
     ClaimParams,
@@ -23,7 +24,7 @@ from cluster.model import (
     Outcome,
     RescheduleParams,
 )
-from cluster.pgstore import PgStore
+from cluster.store.postgres import PgStore
 from tests.helpers import job_params
 
 pytestmark = pytest.mark.integration

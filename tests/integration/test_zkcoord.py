@@ -20,10 +20,13 @@ import pytest
 from kazoo.client import KazooClient
 from prometheus_client import REGISTRY
 
-from cluster.childproc import find_free_port
-from cluster.coordination import Member
-from cluster.zkcoord import CoordinationUnavailable, ZkClusterView, ZkCoordinator, assign_shards
-from cluster.zkserver import ZkEnsemble, ZkServer
+from cluster.coordination.assignment import assign_shards
+from cluster.coordination.base import Member
+from cluster.coordination.view import ZkClusterView
+from cluster.coordination.zookeeper import ZkCoordinator
+from cluster.errors import CoordinationUnavailable
+from cluster.local.childproc import find_free_port
+from cluster.local.zkserver import ZkEnsemble, ZkServer
 from tests.helpers import wait_for
 from tests.tcpproxy import TcpProxy
 from tests.zkfixtures import ZkEndpoint

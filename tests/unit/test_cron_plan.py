@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import shardmap
-from cluster.cron import CronRecord, cron_slot, plan, schedule_of
+from cluster.cron.plan import cron_slot, plan, schedule_of
+from cluster.model import CronRecord
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 LOOKAHEAD = timedelta(seconds=60)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cluster.maintenance import LeaderLoop
+from cluster.leader.loop import LeaderLoop
 
 
 class Leadership:

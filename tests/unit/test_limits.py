@@ -8,7 +8,7 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
-from cluster.limits import Limit, TargetLimiter
+from cluster.worker.limits import Limit, TargetLimiter
 
 
 def waiting(key: str) -> float:

@@ -3,7 +3,7 @@
 Expected instants are written out in UTC for real 2025-2028 transitions (checked
 against zoneinfo by ``test_transitions_are_where_these_tests_assume``). The
 hypothesis properties compare every firing with a brute-force, minute-by-minute
-oracle that shares no code with ``cluster.schedule``.
+oracle that shares no code with ``cluster.cron.schedule``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from croniter import croniter
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cluster.errors import InvalidRequest
-from cluster.schedule import (
+from cluster.cron.schedule import (
     CronSchedule,
     Fire,
     FixedDelaySchedule,
@@ -32,6 +31,7 @@ from cluster.schedule import (
     parse_schedule,
     stable_jitter,
 )
+from cluster.errors import InvalidRequest
 
 NEW_YORK = "America/New_York"
 BERLIN = "Europe/Berlin"

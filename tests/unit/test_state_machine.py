@@ -11,13 +11,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 import shardmap
-from cluster import worker as worker_module
 from cluster.clock import FakeClock
 from cluster.config import Settings
-from cluster.coordination import StaticCoordinator
+from cluster.coordination.base import StaticCoordinator
 from cluster.errors import Conflict, NotFound
-from cluster.maintenance import Reaper
-from cluster.memstore import MemStore
+from cluster.leader.reaper import Reaper
 from cluster.model import (
     CancelParams,
     ClaimedJob,
@@ -26,8 +24,10 @@ from cluster.model import (
     JobStatus,
     RescheduleParams,
 )
+from cluster.store.memory import MemStore
 from cluster.targets import FireResult
-from cluster.worker import Worker
+from cluster.worker import worker as worker_module
+from cluster.worker.worker import Worker
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

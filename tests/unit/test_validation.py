@@ -7,10 +7,10 @@ import ipaddress
 import pytest
 from pydantic import ValidationError
 
+from cluster.api.schemas import CreateJobIn, parse_rfc3339
 from cluster.config import Settings
-from cluster.limits import TokenBucket, parse_limits, target_key
-from cluster.schemas import CreateJobIn, parse_rfc3339
 from cluster.targets.policy import AddressPolicy, TargetRefused
+from cluster.worker.limits import TokenBucket, parse_limits, target_key
 
 
 def make(**over: object) -> CreateJobIn:

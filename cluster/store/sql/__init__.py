@@ -2,7 +2,7 @@
 
 ``queries.sql`` holds ``-- name: <name>`` blocks; :data:`QUERIES` maps each
 name to its text, loaded once. Migrations are ``migrations/NNNN_name.sql``,
-applied in order by :mod:`cluster.migrate`.
+applied in order by :mod:`cluster.store.migrate`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from cluster.childproc import find_free_port
+from cluster.local.childproc import find_free_port
 
 __all__ = ["PgServer", "pg_bin"]
 

@@ -9,7 +9,7 @@ the state machine). Both raise only :mod:`cluster.errors` exceptions.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from typing import Protocol
 
 from cluster.model import (
@@ -24,6 +24,7 @@ from cluster.model import (
     HeartbeatParams,
     JobRecord,
     Lease,
+    MaintenanceResult,
     ReapResult,
     RescheduleParams,
 )
@@ -96,3 +97,9 @@ class Store(Protocol):
     async def worker_beat(self, shard: int, worker_id: str) -> None: ...
 
     async def workers_seen(self, shard: int, within_seconds: float = WORKER_SEEN_SECONDS) -> list[str]: ...
+
+    async def maintain_history(
+        self, shard: int, retention_days: int, today: date | None = None, days_ahead: int = 7
+    ) -> MaintenanceResult:
+        """Day partitions ahead, old ones dropped, old keys purged (the janitor)."""
+        ...

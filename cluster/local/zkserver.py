@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.childproc import (
+from cluster.local.childproc import (
     LOOPBACK,
     ChildProcess,
     StartStopContext,

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from cluster.sql import QUERIES, load_migrations
+from cluster.store.sql import QUERIES, load_migrations
 
 __all__ = ["LATEST_VERSION", "migrate_shard", "schema_version"]
 

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster.childproc import LOOPBACK, ChildProcess
+from cluster.local.childproc import LOOPBACK, ChildProcess
 
 __all__ = [
     "TansuBroker",

@@ -1,7 +1,7 @@
 """An in-memory store with the PostgreSQL store's semantics, for unit tests.
 
 It follows the same state machine and fencing rules as the named queries in
-``cluster/sql/queries.sql``; time comes from an injected clock instead of the
+``cluster/store/sql/queries.sql``; time comes from an injected clock instead of the
 database's ``now()``. Not for production: nothing is durable.
 """
 
@@ -34,7 +34,7 @@ from cluster.model import (
     ReapResult,
     RescheduleParams,
 )
-from cluster.store import WORKER_SEEN_SECONDS
+from cluster.store.base import WORKER_SEEN_SECONDS
 
 __all__ = ["MemStore"]
 

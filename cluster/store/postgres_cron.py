@@ -1,54 +1,24 @@
 """Cron definitions and occurrences in PostgreSQL, on the shards' pools.
 
-Kept apart from :mod:`cluster.pgstore` (one concept per module) but sharing
+Kept apart from :mod:`cluster.store.postgres` (one concept per module) but sharing
 its pools and its error translation.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from cluster.cron import CronRecord, Occurrence
 from cluster.errors import Conflict, NotFound
-from cluster.pgstore import PgStore
-from cluster.sql import QUERIES
+from cluster.model import CronRecord, CronRun, MaterializeParams, Occurrence, PendingInfo
+from cluster.store.postgres import PgStore
+from cluster.store.sql import QUERIES
 
-__all__ = ["CronRun", "MaterializeParams", "PendingInfo", "PgCronStore"]
-
-
-@dataclass(frozen=True)
-class PendingInfo:
-    pending: int
-    last_finished: datetime | None
-
-
-@dataclass(frozen=True)
-class CronRun:
-    job_id: uuid.UUID
-    scheduled_for: datetime
-    run_at: datetime
-    status: str
-    attempt: int
-    last_error: str | None
-    finished_at: datetime | None
-    lateness_seconds: float | None
-
-
-@dataclass(frozen=True)
-class MaterializeParams:
-    cron_id: uuid.UUID
-    expected_next: datetime | None  # compare-and-set on next_fire_at
-    occurrences: tuple[Occurrence, ...]
-    next_fire_at: datetime | None
-    last_fire: datetime | None
-    missed: int = 0
-    skipped: int = 0
+__all__ = ["PgCronStore"]
 
 
 def _cron_row(c: CronRecord) -> dict[str, Any]:

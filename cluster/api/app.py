@@ -25,12 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import shardmap
 from cluster import metrics
-from cluster.clock import Clock, SystemClock, utc
-from cluster.config import Settings
-from cluster.errors import InvalidRequest, NotFound, ShardUnavailable, Unauthorized, VakitError
-from cluster.model import CancelParams, CreateJobParams, GetJobParams, JobRecord, RescheduleParams
-from cluster.pgstore import PgStore
-from cluster.schemas import (
+from cluster.api.schemas import (
     AttemptOut,
     CreateJobIn,
     CreateJobOut,
@@ -39,6 +34,11 @@ from cluster.schemas import (
     fingerprint,
     parse_rfc3339,
 )
+from cluster.clock import Clock, SystemClock, utc
+from cluster.config import Settings
+from cluster.errors import InvalidRequest, NotFound, ShardUnavailable, Unauthorized, VakitError
+from cluster.model import CancelParams, CreateJobParams, GetJobParams, JobRecord, RescheduleParams
+from cluster.store.postgres import PgStore
 from cluster.targets.policy import AddressPolicy, TargetRefused
 
 __all__ = ["ApiContext", "create_app", "job_out"]
@@ -163,7 +163,7 @@ def create_app(
     async def connect_view() -> None:
         """The API serves jobs without ZooKeeper; its cluster view connects in
         the background and is used once it has."""
-        from cluster.zkcoord import ZkClusterView
+        from cluster.coordination.view import ZkClusterView
 
         assert settings.zk
         while True:
@@ -352,7 +352,7 @@ def create_app(
     @app.get("/readyz", tags=["operations"])
     async def readyz() -> JSONResponse:
         """200 once every shard is reachable and migrated and has a polling worker."""
-        from cluster.migrate import LATEST_VERSION
+        from cluster.store.migrate import LATEST_VERSION
 
         report = await shard_readiness(store, LATEST_VERSION)
         ready = all(s["ready"] for s in report)
@@ -361,7 +361,7 @@ def create_app(
     @app.get("/api/v1/cluster", tags=["operations"])
     async def cluster_view(owner: str = Depends(owner)) -> dict[str, Any]:
         """Members, shard owners and leaders, backlog and oldest due age per shard."""
-        from cluster.status import cluster_status
+        from cluster.coordination.report import cluster_status
 
         return await cluster_status(settings, store, ctx.view, may_connect=False)
 
@@ -369,7 +369,7 @@ def create_app(
     async def metrics_endpoint() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    from cluster.cronapi import register_cron_routes
+    from cluster.api.crons import register_cron_routes
 
     register_cron_routes(app, ctx, owner)
     return app

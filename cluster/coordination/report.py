@@ -13,7 +13,7 @@ from typing import Any
 
 from cluster.config import Settings
 from cluster.errors import VakitError
-from cluster.pgstore import PgStore
+from cluster.store.postgres import PgStore
 
 __all__ = ["cluster_status"]
 
@@ -36,7 +36,7 @@ async def cluster_status(
     own_view = False
     unreachable = False
     if view is None and settings.zk:
-        from cluster.zkcoord import ZkClusterView
+        from cluster.coordination.view import ZkClusterView
 
         if may_connect:
             candidate = ZkClusterView(settings.zk, timeout=5.0)

@@ -13,12 +13,13 @@ from fastapi import Depends, FastAPI, Query, Response
 from pydantic import BaseModel, Field, model_validator
 
 import shardmap
+from cluster.api.schemas import TargetIn, UtcDatetime, _Strict, parse_rfc3339
 from cluster.clock import utc
-from cluster.cron import CronRecord, Occurrence, cron_slot, schedule_of
-from cluster.cronstore import PgCronStore
+from cluster.cron.plan import cron_slot, schedule_of
+from cluster.cron.schedule import parse_schedule
 from cluster.errors import InvalidRequest, NotFound
-from cluster.schedule import parse_schedule
-from cluster.schemas import TargetIn, UtcDatetime, _Strict, parse_rfc3339
+from cluster.model import CronRecord, Occurrence
+from cluster.store.postgres_cron import PgCronStore
 
 __all__ = ["register_cron_routes"]
 
@@ -174,7 +175,7 @@ def cron_out(c: CronRecord, shard: int) -> CronOut:
 
 def register_cron_routes(app: FastAPI, ctx: Any, owner_dep: Any) -> None:
     """Add the cron-jobs routes; ``ctx`` is the API's :class:`~cluster.api.ApiContext`."""
-    from cluster.api import check_target, raise_payload_too_large
+    from cluster.api.app import check_target, raise_payload_too_large
 
     crons = PgCronStore(ctx.store)
     settings = ctx.settings

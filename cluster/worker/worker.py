@@ -30,9 +30,8 @@ from cluster import metrics
 from cluster.backoff import backoff
 from cluster.clock import Clock, SystemClock
 from cluster.config import Settings
-from cluster.coordination import Coordinator
+from cluster.coordination.base import Coordinator
 from cluster.errors import ShardUnavailable, VakitError
-from cluster.limits import TargetLimiter, parse_limits, target_key
 from cluster.model import (
     ClaimedJob,
     ClaimParams,
@@ -41,8 +40,9 @@ from cluster.model import (
     JobResult,
     Outcome,
 )
-from cluster.store import Store
+from cluster.store.base import Store
 from cluster.targets import FireResult, Target
+from cluster.worker.limits import TargetLimiter, parse_limits, target_key
 
 __all__ = ["InFlight", "Worker", "default_worker_id"]
 

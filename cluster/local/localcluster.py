@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.childproc import find_free_port
-from cluster.migrate import migrate_shard
-from cluster.pgserver import PgServer
+from cluster.local.childproc import find_free_port
+from cluster.local.pgserver import PgServer
+from cluster.store.migrate import migrate_shard
 
 __all__ = ["LocalCluster"]
 
@@ -107,14 +107,14 @@ class LocalCluster:
         self._save_state()
         env = self._env()
         if self.zookeeper:
-            from cluster.zkserver import ZkServer
+            from cluster.local.zkserver import ZkServer
 
             self.zk = ZkServer(self.data_dir / "zk")
             self.say("starting ZooKeeper")
             self.zk.start()
             env["VAKIT_ZK"] = self.zk.connect_string + "/vakit"
         if self.kafka:
-            from cluster.kafkaserver import TansuBroker, TansuNotFound
+            from cluster.local.kafkaserver import TansuBroker, TansuNotFound
 
             try:
                 self.broker = TansuBroker(self.data_dir / "kafka")
@@ -232,7 +232,7 @@ def run_foreground(cluster: LocalCluster, demo: bool) -> int:
             flush=True,
         )
         if demo:
-            from cluster.demo import run_demo
+            from cluster.local.demo import run_demo
 
             run_demo(cluster.api_url, cluster.token, stop)
         while not stop.is_set():

@@ -8,15 +8,14 @@ misfire and concurrency rules are tested with a fake clock alone.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 import shardmap
-from cluster.schedule import Schedule, parse_schedule, stable_jitter
+from cluster.cron.schedule import Schedule, parse_schedule, stable_jitter
+from cluster.model import CronRecord, Occurrence
 
-__all__ = ["CronRecord", "Occurrence", "Plan", "cron_slot", "plan", "schedule_of"]
+__all__ = ["Plan", "cron_slot", "plan", "schedule_of"]
 
 # Iterating slots is cheap, but a per-minute cron down for a year has 525,600:
 # past this many, the rest of the outage is skipped over in one jump.
@@ -29,87 +28,12 @@ def cron_slot(owner: str, name: str) -> int:
     return shardmap.key_slot(owner, "cron\x00" + name)
 
 
-@dataclass(frozen=True)
-class CronRecord:
-    id: uuid.UUID
-    owner: str
-    name: str
-    schedule: str
-    schedule_kind: str
-    time_zone: str
-    type: str
-    target: dict[str, Any]
-    payload: Any
-    misfire_policy: str
-    concurrency: str
-    jitter_seconds: int
-    max_attempts: int
-    timeout_seconds: int
-    starting_deadline_seconds: int | None
-    enabled: bool
-    anchor: datetime
-    next_fire_at: datetime | None
-    fingerprint: str
-    last_fire_at: datetime | None = None
-    last_success_at: datetime | None = None
-    missed_count: int = 0
-    skipped_count: int = 0
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-
-    @property
-    def id_text(self) -> str:
-        return shardmap.encode_id("cron", self.id)
-
-    @property
-    def target_kind(self) -> str:
-        return str(self.target["kind"])
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> CronRecord:
-        return cls(
-            id=row["id"],
-            owner=row["owner_service"],
-            name=row["name"],
-            schedule=row["schedule"],
-            schedule_kind=row["schedule_kind"],
-            time_zone=row["time_zone"],
-            type=row["type"],
-            target=row["target"],
-            payload=row["payload"],
-            misfire_policy=row["misfire_policy"],
-            concurrency=row["concurrency"],
-            jitter_seconds=row["jitter_seconds"],
-            max_attempts=row["max_attempts"],
-            timeout_seconds=row["timeout_seconds"],
-            starting_deadline_seconds=row["starting_deadline_seconds"],
-            enabled=row["enabled"],
-            anchor=row["anchor"],
-            next_fire_at=row["next_fire_at"],
-            fingerprint=row["fingerprint"],
-            last_fire_at=row["last_fire_at"],
-            last_success_at=row["last_success_at"],
-            missed_count=row["missed_count"],
-            skipped_count=row["skipped_count"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-        )
-
-
 def schedule_of(cron: CronRecord, min_interval: timedelta = timedelta(0)) -> Schedule:
     # Stored definitions were validated against the operator's minimum when
     # written; reading them back must not fail if that minimum changed since.
     return parse_schedule(
         cron.schedule, cron.time_zone, seed=cron.id_text, min_interval=min_interval, anchor=cron.anchor
     )
-
-
-@dataclass(frozen=True)
-class Occurrence:
-    job_id: uuid.UUID
-    scheduled_for: datetime
-    run_at: datetime
-    deadline_at: datetime | None
 
 
 @dataclass

@@ -43,8 +43,8 @@ from cluster.model import (
     ReapResult,
     RescheduleParams,
 )
-from cluster.sql import QUERIES
-from cluster.store import WORKER_SEEN_SECONDS
+from cluster.store.base import WORKER_SEEN_SECONDS
+from cluster.store.sql import QUERIES
 
 __all__ = ["BACKLOG_CAP", "PgStore"]
 

@@ -35,17 +35,13 @@ last known set: workers keep claiming, the database lease is the safety net.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import math
-import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from datetime import datetime
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
@@ -54,20 +50,20 @@ from kazoo.protocol.states import KazooState
 from kazoo.retry import ForceRetryError, KazooRetry
 
 from cluster import metrics
-from cluster.clock import utc
-from cluster.coordination import Member, ShardStatus
-from cluster.errors import VakitError
+from cluster.coordination.assignment import assign_shards
+from cluster.coordination.base import Member
+from cluster.coordination.znodes import (
+    CONTENDER_RE,
+    LOCK_MARK,
+    ensure_chroot,
+    leader_path,
+    member_to_json,
+    normalize_root,
+    sequence,
+)
+from cluster.errors import CoordinationUnavailable
 
-__all__ = [
-    "CONFIRM_MAX_AGE",
-    "CoordinationUnavailable",
-    "ZkClusterView",
-    "ZkCoordinator",
-    "assign_shards",
-    "ensure_chroot",
-    "member_from_json",
-    "member_to_json",
-]
+__all__ = ["CONFIRM_MAX_AGE", "ZkCoordinator"]
 
 log = logging.getLogger(__name__)
 
@@ -78,139 +74,7 @@ log = logging.getLogger(__name__)
 CONFIRM_MAX_AGE = 0.35
 _PROBE_INTERVAL = 0.1
 
-_LOCK_MARK = "__lock__"
-_CONTENDER_RE = re.compile(r"__lock__(-?\d{10})$")
 _STATES = (KazooState.CONNECTED, KazooState.SUSPENDED, KazooState.LOST)
-
-_T = TypeVar("_T", bound=Hashable)
-_B = TypeVar("_B", bound=Hashable)
-
-
-class CoordinationUnavailable(VakitError):
-    """ZooKeeper could not be reached, or did not answer, in time."""
-
-    status = 503
-    title = "Coordination unavailable"
-
-
-# -- ownership ---------------------------------------------------------------
-
-
-def _score(member_id: str, shard: int) -> bytes:
-    # A stable hash (never Python's hash()): every process must rank alike.
-    return hashlib.blake2b(f"{member_id}\0{shard}".encode(), digest_size=8).digest()
-
-
-def _spread(items: Sequence[_T], bins: Sequence[_B], rank: Callable[[_T, _B], bytes]) -> dict[_T, _B]:
-    """Place each item in one bin, bin loads differing by at most one.
-
-    Each item goes to its best-ranked bin that still has room (rendezvous
-    hashing with a capacity), so a membership change moves few items rather
-    than reshuffling all of them as ``i % n`` would. Needs ``len(items) >=
-    len(bins)`` for every bin to get at least one item.
-    """
-    base, extra = divmod(len(items), len(bins))
-    load = dict.fromkeys(bins, 0)
-    placement: dict[_T, _B] = {}
-    for item in items:
-        for candidate in sorted(bins, key=lambda b: rank(item, b)):
-            if load[candidate] < base or (load[candidate] == base and extra > 0):
-                if load[candidate] == base:
-                    extra -= 1
-                load[candidate] += 1
-                placement[item] = candidate
-                break
-    return placement
-
-
-def assign_shards(member_ids: Sequence[str], shard_count: int) -> dict[str, frozenset[int]]:
-    """Which shards each live member owns. Pure and deterministic.
-
-    * Every shard has at least one owner while any member is alive.
-    * At most as many members as shards: each shard has exactly one owner and
-      members own ``shard_count // n`` or one more shard.
-    * More members than shards: each member owns exactly one shard and every
-      shard gets a group of owners whose sizes differ by at most one.
-    """
-    if shard_count < 1:
-        raise ValueError(f"shard_count must be at least 1, got {shard_count}")
-    members = sorted(set(member_ids))
-    if not members:
-        return {}
-    shards = list(range(shard_count))
-    owned: dict[str, set[int]] = {m: set() for m in members}
-    if len(members) <= shard_count:
-        for shard, member in _spread(shards, members, lambda s, m: _score(m, s)).items():
-            owned[member].add(shard)
-    else:
-        for member, shard in _spread(members, shards, _score).items():
-            owned[member].add(shard)
-    return {m: frozenset(s) for m, s in owned.items()}
-
-
-# -- member records ------------------------------------------------------------
-
-
-def member_to_json(member: Member) -> bytes:
-    started = utc(member.started_at).isoformat().replace("+00:00", "Z")
-    record = {
-        "id": member.id,
-        "host": member.host,
-        "pid": member.pid,
-        "version": member.version,
-        "startedAt": started,
-    }
-    return json.dumps(record, separators=(",", ":")).encode()
-
-
-def member_from_json(data: bytes) -> Member:
-    record = json.loads(data)
-    return Member(
-        id=str(record["id"]),
-        host=str(record["host"]),
-        pid=int(record["pid"]),
-        version=str(record["version"]),
-        started_at=utc(datetime.fromisoformat(record["startedAt"])),
-    )
-
-
-def _normalize_root(root: str) -> str:
-    if not root.startswith("/"):
-        raise ValueError(f"root must be an absolute ZooKeeper path, got {root!r}")
-    return root.rstrip("/")
-
-
-def ensure_chroot(connect: str, timeout: float = 10.0) -> None:
-    """Create the chroot a connect string names (``host:port/chroot``), if any.
-
-    kazoo needs the chroot to exist: every path under a missing one fails, and
-    ``KazooClient.start()`` warns. A fresh ZooKeeper (``vakit up``) has none yet.
-    """
-    hosts, _, chroot = connect.partition("/")
-    if not chroot.strip("/"):
-        return
-    client = KazooClient(hosts=hosts, timeout=timeout)
-    deadline = time.monotonic() + timeout
-    try:
-        client.start(timeout=timeout)
-        # Bounded: a blocking call would wait out a dropped connection forever.
-        client.ensure_path_async("/" + chroot.strip("/")).get(
-            timeout=max(0.1, deadline - time.monotonic())
-        )
-    finally:
-        with contextlib.suppress(Exception):
-            client.stop()
-        with contextlib.suppress(Exception):
-            client.close()
-
-
-def _sequence(node: str) -> int:
-    match = _CONTENDER_RE.search(node)
-    return int(match.group(1)) if match else 2**63
-
-
-def _leader_path(root: str, shard: int) -> str:
-    return f"{root}/shards/{shard}/leader"
 
 
 # -- the coordinator -------------------------------------------------------------
@@ -251,10 +115,10 @@ class ZkCoordinator:
         self.shard_count = shard_count
         self.session_timeout = session_timeout
         self.connect = connect
-        self._root = _normalize_root(root)
+        self._root = normalize_root(root)
         self._members_path = f"{self._root}/members"
         self._member_path = f"{self._members_path}/{member.id}"
-        self._leader_paths = [_leader_path(self._root, i) for i in range(shard_count)]
+        self._leader_paths = [leader_path(self._root, i) for i in range(shard_count)]
         self._shard_by_path = {path: i for i, path in enumerate(self._leader_paths)}
         self._start_timeout = start_timeout
         self._max_age = CONFIRM_MAX_AGE * session_timeout
@@ -654,7 +518,7 @@ class ZkCoordinator:
             children = self._retry(self._client.get_children, path, watch=self._on_shard_event)
 
         mine = [c for c in children if c.startswith(self._nonce)]
-        current = sorted((c for c in mine if c.startswith(tag)), key=_sequence)
+        current = sorted((c for c in mine if c.startswith(tag)), key=sequence)
         doomed = [c for c in mine if not c.startswith(tag)]
         doomed += current[1:] if want else current
         with self._lock:
@@ -671,7 +535,7 @@ class ZkCoordinator:
 
         gone = set(doomed)
         contenders = sorted(
-            (c for c in children if _CONTENDER_RE.search(c) and c not in gone), key=_sequence
+            (c for c in children if CONTENDER_RE.search(c) and c not in gone), key=sequence
         )
         holds = want and bool(contenders) and contenders[0].startswith(tag)
         with self._lock:
@@ -697,7 +561,7 @@ class ZkCoordinator:
                     return
             tried = True
             self._client.create(
-                f"{path}/{tag}{_LOCK_MARK}", data, ephemeral=True, sequence=True, makepath=True
+                f"{path}/{tag}{LOCK_MARK}", data, ephemeral=True, sequence=True, makepath=True
             )
 
         self._retry(attempt)
@@ -793,105 +657,3 @@ class ZkCoordinator:
             else:
                 self._probe_kick.wait(wait)
                 self._probe_kick.clear()
-
-
-# -- a read-only view for the API ----------------------------------------------
-
-
-class ZkClusterView:
-    """Members and shard leaders as ZooKeeper records them, for the API and operators.
-
-    The leader reported for a shard is the member whose contender node is
-    lowest: it may be in its fenced-off grace period and not running leader-only
-    loops right now, which only ZooKeeper-side state cannot show.
-
-    Every read answers within ``timeout`` or raises
-    :class:`CoordinationUnavailable`: a status page must not hang while
-    ZooKeeper is away (a plain kazoo call would wait for the reconnect).
-    """
-
-    def __init__(self, connect: str, root: str = "/vakit", *, timeout: float = 10.0) -> None:
-        self.connect = connect
-        self._root = _normalize_root(root)
-        self._timeout = timeout
-        self._client = KazooClient(
-            hosts=connect,
-            timeout=timeout,
-            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0),
-        )
-
-    def start(self) -> None:
-        try:
-            ensure_chroot(self.connect, self._timeout)
-            self._client.start(timeout=self._timeout)
-        except (KazooTimeoutError, KazooException) as exc:
-            with contextlib.suppress(Exception):
-                self._client.close()
-            raise CoordinationUnavailable(
-                f"could not connect to ZooKeeper within {self._timeout:g} s", connect=self.connect
-            ) from exc
-
-    def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            self._client.stop()
-        with contextlib.suppress(Exception):
-            self._client.close()
-
-    @property
-    def connected(self) -> bool:
-        return bool(self._client.state == KazooState.CONNECTED)
-
-    def _read(self, call: Callable[..., Any], *args: Any) -> Any:
-        """One async kazoo read, bounded by the timeout. NoNodeError passes through."""
-        if self._client.state != KazooState.CONNECTED:
-            raise CoordinationUnavailable("not connected to ZooKeeper", connect=self.connect)
-        try:
-            return call(*args).get(timeout=self._timeout)
-        except NoNodeError:
-            raise
-        except (KazooTimeoutError, KazooException) as exc:
-            raise CoordinationUnavailable("ZooKeeper did not answer", connect=self.connect) from exc
-
-    def member_ids(self) -> list[str]:
-        try:
-            return sorted(self._read(self._client.get_children_async, f"{self._root}/members"))
-        except NoNodeError:
-            return []
-
-    def members(self) -> list[Member]:
-        """Live members, sorted by id; a record that vanishes meanwhile is skipped."""
-        found: list[Member] = []
-        for member_id in self.member_ids():
-            try:
-                data, _ = self._read(self._client.get_async, f"{self._root}/members/{member_id}")
-            except NoNodeError:
-                continue
-            try:
-                found.append(member_from_json(data))
-            except (ValueError, KeyError, TypeError):
-                log.warning("unreadable member record %s: %r", member_id, data[:200])
-        return found
-
-    def shards(self, shard_count: int) -> list[ShardStatus]:
-        """Owners (from the live members) and the current leader of every shard."""
-        assignment = assign_shards(self.member_ids(), shard_count)
-        statuses: list[ShardStatus] = []
-        for shard in range(shard_count):
-            owners = tuple(sorted(m for m, shards in assignment.items() if shard in shards))
-            statuses.append(ShardStatus(shard=shard, owners=owners, leader=self.leader(shard)))
-        return statuses
-
-    def leader(self, shard: int) -> str | None:
-        """Member id held by the lowest contender node of ``shard``, if any."""
-        path = _leader_path(self._root, shard)
-        try:
-            children = self._read(self._client.get_children_async, path)
-        except NoNodeError:
-            return None
-        for node in sorted((c for c in children if _CONTENDER_RE.search(c)), key=_sequence):
-            try:
-                data, _ = self._read(self._client.get_async, f"{path}/{node}")
-            except NoNodeError:
-                continue  # it just left; the next one leads
-            return str(data.decode())
-        return None

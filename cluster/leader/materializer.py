@@ -16,8 +16,9 @@ from datetime import datetime, timedelta
 
 from cluster import metrics
 from cluster.clock import Clock, SystemClock
-from cluster.cron import CronRecord, plan, schedule_of
-from cluster.cronstore import MaterializeParams, PgCronStore
+from cluster.cron.plan import plan, schedule_of
+from cluster.model import CronRecord, MaterializeParams
+from cluster.store.postgres_cron import PgCronStore
 from shardmap import encode_id
 
 __all__ = ["Materializer"]

@@ -1,0 +1,1 @@
+"""The HTTP API: FastAPI routers per resource, problem+json errors, schemas."""

@@ -1,0 +1,40 @@
+"""The lease reaper: RUNNING jobs whose lease ran out go back to SCHEDULED (or FAILED)."""
+
+from __future__ import annotations
+
+import logging
+
+from cluster import metrics
+from cluster.store.base import Store
+
+__all__ = ["Reaper"]
+
+log = logging.getLogger(__name__)
+
+
+class Reaper:
+    """RUNNING jobs whose lease ran out go back to SCHEDULED (or FAILED)."""
+
+    name = "reaper"
+
+    def __init__(self, store: Store, batch: int = 1000) -> None:
+        self.store = store
+        self.batch = batch
+
+    async def run_once(self, shard: int) -> int:
+        total = 0
+        while True:
+            result = await self.store.reap_expired(shard, self.batch)
+            n = result.rescheduled + result.failed
+            if n:
+                metrics.LEASE_EXPIRED.labels(str(shard)).inc(n)
+                log.warning(
+                    "leases expired: %d rescheduled, %d failed",
+                    result.rescheduled,
+                    result.failed,
+                    extra={"shard": shard},
+                )
+            total += n
+            if n < self.batch:
+                return total
+

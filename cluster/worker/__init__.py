@@ -1,0 +1,1 @@
+"""The worker: claim due jobs, hold them until due, fire, complete in batches."""
