@@ -47,6 +47,7 @@ __all__ = [
     "BenchCluster",
     "ClusterSpec",
     "ProcessSampler",
+    "UsageMark",
     "WindowUsage",
     "bench_main",
     "new_run",
@@ -139,6 +140,10 @@ class ClusterSpec:
     keep_data: bool = False
     statement_stats: bool = False  # load pg_stat_statements and report the top statements
     profile_workers: bool = False  # py-spy every worker during the measured window
+    # PostgreSQL's durable defaults (fsync, synchronous_commit and
+    # full_page_writes on), as a deployment runs; False opts into the fast
+    # settings that lose data on a machine crash (``--unsafe-fast-db``).
+    durable: bool = True
 
 
 @dataclass
@@ -152,7 +157,8 @@ class _Proc:
 def _http_ok(url: str, timeout: float = 1.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return 200 <= resp.status < 300
+            status: int = resp.status
+            return 200 <= status < 300
     except urllib.error.HTTPError as exc:
         exc.close()  # it holds the response (and its socket) open
         return False
@@ -181,6 +187,7 @@ class BenchCluster:
         self.metrics_ports: list[int] = []
         self.sink_url: str | None = None
         self.api_url: str | None = None
+        self.api_urls: list[str] = []
         self.api_token: str | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -205,7 +212,7 @@ class BenchCluster:
             if self.spec.statement_stats:
                 settings.setdefault("shared_preload_libraries", "pg_stat_statements")
             self.pg = [
-                PgServer(base / f"shard{i}", durable=False, extra_settings=settings)
+                PgServer(base / f"shard{i}", durable=self.spec.durable, extra_settings=settings)
                 for i in range(self.spec.shards)
             ]
             # initdb dominates a small run's setup: do the shards side by side.
@@ -239,6 +246,7 @@ class BenchCluster:
             log.info("processes stopped in %.1f s", time.monotonic() - started)
         self._procs.clear()
         self.metrics_ports.clear()
+        self.api_urls.clear()
 
     def stop(self) -> None:
         # Processes first (workers release what they hold), PostgreSQL last.
@@ -329,20 +337,36 @@ class BenchCluster:
 
     def start_api(self, owner: str) -> tuple[str, str]:
         """The API with one bearer token for ``owner``; returns (url, token)."""
+        token = secrets.token_urlsafe(18)
+        self.start_apis({token: owner})
+        self.api_token = token
+        return self.api_urls[0], token
+
+    def start_apis(self, tokens: dict[str, str], count: int = 1) -> list[str]:
+        """``count`` API processes that all accept ``tokens`` (token → owner);
+        returns their base URLs. A client spreads its requests over them, as a
+        load balancer in front of API replicas would."""
         started = time.monotonic()
-        port = find_free_port()
-        self.api_token = secrets.token_urlsafe(18)
         env = {
             **self.base_env(),
-            "VAKIT_API_TOKENS": f"{self.api_token}={owner}",
-            "VAKIT_API_PORT": str(port),
+            "VAKIT_API_TOKENS": ",".join(f"{t}={o}" for t, o in tokens.items()),
         }
-        proc = self._spawn("api", ["-m", "cluster.cli", "api"], env)
-        self.api_url = f"http://127.0.0.1:{port}"
+        procs, urls = [], []
+        for i in range(count):
+            port = find_free_port()
+            name = "api" if count == 1 else f"api-{i}"
+            procs.append(
+                self._spawn(
+                    name, ["-m", "cluster.cli", "api"], {**env, "VAKIT_API_PORT": str(port)}
+                )
+            )
+            urls.append(f"http://127.0.0.1:{port}")
         # /readyz also needs a worker beat on every shard: start workers first.
-        self._wait(lambda: _http_ok(f"{self.api_url}/readyz"), [proc], 60, "the API")
-        log.info("API ready in %.1f s", time.monotonic() - started)
-        return self.api_url, self.api_token
+        self._wait(lambda: all(_http_ok(f"{u}/readyz") for u in urls), procs, 60, "the API")
+        self.api_urls += urls
+        self.api_url = self.api_urls[0]
+        log.info("%d API process(es) ready in %.1f s", count, time.monotonic() - started)
+        return urls
 
     def _wait(self, ready: Any, procs: list[_Proc], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -483,7 +507,8 @@ class BenchCluster:
     def process_groups(self) -> dict[str, list[psutil.Process]]:
         groups: dict[str, list[psutil.Process]] = {"workers": [], "postgres": []}
         for proc in self._procs:
-            role = "workers" if proc.name.startswith("worker") else proc.name
+            role = proc.name.split("-", 1)[0]  # worker-0 → worker, api-1 → api
+            role = "workers" if role == "worker" else role
             try:
                 groups.setdefault(role, []).append(psutil.Process(proc.popen.pid))
             except psutil.NoSuchProcess:
@@ -534,11 +559,21 @@ class WindowUsage:
 
 def _machine_total(times: Any) -> float:
     # Linux counts guest time inside user time already: leave it out.
-    return sum(v for k, v in times._asdict().items() if not k.startswith("guest"))
+    return float(sum(v for k, v in times._asdict().items() if not k.startswith("guest")))
 
 
 def _machine_idle(times: Any) -> float:
     return float(times.idle + getattr(times, "iowait", 0.0))
+
+
+@dataclass(frozen=True)
+class UsageMark:
+    """Where a CPU window began: wall clock, machine CPU times, and each
+    process's CPU seconds by group."""
+
+    monotonic: float
+    machine: Any
+    base: dict[str, dict[int, float]]
 
 
 class ProcessSampler:
@@ -556,8 +591,7 @@ class ProcessSampler:
         self.peak_process_rss = 0
         self.peak_sum_rss = 0
         self._cpu: dict[str, dict[int, float]] = {}
-        self._base: dict[str, dict[int, float]] = {}
-        self._began: tuple[float, Any] | None = None
+        self._began: UsageMark | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
@@ -600,32 +634,40 @@ class ProcessSampler:
             for role, cpu in seen.items():
                 self._cpu.setdefault(role, {}).update(cpu)
 
-    def begin(self) -> None:
-        """Start a CPU window (e.g. at the wave's T)."""
+    def mark(self) -> UsageMark:
+        """The start of a CPU window; several windows may overlap (the
+        creation of a wave, and the wave itself)."""
         self.sample()
         with self._lock:
-            self._base = {role: dict(cpu) for role, cpu in self._cpu.items()}
-        self._began = (time.monotonic(), psutil.cpu_times())
+            base = {role: dict(cpu) for role, cpu in self._cpu.items()}
+        return UsageMark(time.monotonic(), psutil.cpu_times(), base)
 
-    def end(self) -> WindowUsage:
+    def usage_since(self, mark: UsageMark) -> WindowUsage:
+        """CPU used by each process group since ``mark``."""
         self.sample()
-        if self._began is None:
-            raise RuntimeError("end() without begin()")
-        began, machine = self._began
         now_machine = psutil.cpu_times()
-        total = _machine_total(now_machine) - _machine_total(machine)
-        idle = _machine_idle(now_machine) - _machine_idle(machine)
+        total = _machine_total(now_machine) - _machine_total(mark.machine)
+        idle = _machine_idle(now_machine) - _machine_idle(mark.machine)
         with self._lock:
             used = {
-                role: sum(t - self._base.get(role, {}).get(pid, 0.0) for pid, t in cpu.items())
+                role: sum(t - mark.base.get(role, {}).get(pid, 0.0) for pid, t in cpu.items())
                 for role, cpu in self._cpu.items()
             }
         return WindowUsage(
-            seconds=time.monotonic() - began,
+            seconds=time.monotonic() - mark.monotonic,
             cpu_seconds=used,
             machine_busy_fraction=1.0 - idle / total if total > 0 else 0.0,
             machine_busy_seconds=total - idle,
         )
+
+    def begin(self) -> None:
+        """Start the run's main CPU window (e.g. at the wave's T)."""
+        self._began = self.mark()
+
+    def end(self) -> WindowUsage:
+        if self._began is None:
+            raise RuntimeError("end() without begin()")
+        return self.usage_since(self._began)
 
     def peak_rss(self) -> dict[str, int]:
         return {"max_process": self.peak_process_rss, "sum": self.peak_sum_rss}

@@ -20,7 +20,9 @@ __all__ = [
     "WORKER_SETTING_NAMES",
     "add_cluster_options",
     "cluster_spec",
+    "durability",
     "git_commit",
+    "knobs_label",
     "run_settings",
     "settings_in_effect",
     "worker_knobs",
@@ -44,16 +46,32 @@ WORKER_SETTING_NAMES = (
 )
 
 
-def add_cluster_options(parser: argparse.ArgumentParser, default_out: str) -> None:
+def add_cluster_options(
+    parser: argparse.ArgumentParser,
+    default_out: str,
+    claim_batch_flags: tuple[str, ...] = ("--batch", "--claim-batch"),
+) -> None:
+    """The options every benchmark has. ``claim_batch_flags`` names the
+    option(s) for the workers' claim batch: the wave keeps ``--batch`` for it,
+    the sustained run uses ``--batch`` for its create batch instead."""
     parser.add_argument(
         "--shards", type=int, default=2, help="PostgreSQL shards to start (ignored with --dsn)"
     )
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--target", choices=("noop", "http"), default="noop")
     parser.add_argument("--out", type=Path, default=Path(default_out), help="report directory")
-    parser.add_argument("--batch", type=int, help="VAKIT_CLAIM_BATCH (default: the worker's)")
-    parser.add_argument("--prefetch", type=float, help="VAKIT_PREFETCH_SECONDS (default: the worker's)")
-    parser.add_argument("--max-inflight", type=int, help="VAKIT_MAX_INFLIGHT (default: the worker's)")
+    parser.add_argument(
+        *claim_batch_flags,
+        dest="claim_batch",
+        type=int,
+        help="VAKIT_CLAIM_BATCH (default: the worker's)",
+    )
+    parser.add_argument(
+        "--prefetch", type=float, help="VAKIT_PREFETCH_SECONDS (default: the worker's)"
+    )
+    parser.add_argument(
+        "--max-inflight", type=int, help="VAKIT_MAX_INFLIGHT (default: the worker's)"
+    )
     parser.add_argument(
         "--dsn",
         action="append",
@@ -75,6 +93,15 @@ def add_cluster_options(parser: argparse.ArgumentParser, default_out: str) -> No
         help="extra postgresql.conf setting for the shards started here (repeat)",
     )
     parser.add_argument(
+        "--unsafe-fast-db",
+        action="store_true",
+        help="start the shards with fsync, synchronous_commit and full_page_writes off "
+        "(fast, loses data on a crash; default: PostgreSQL's durable settings)",
+    )
+    parser.add_argument(
+        "--api-procs", type=int, default=1, help="API processes, where the run uses the API"
+    )
+    parser.add_argument(
         "--keep-data", action="store_true", help="keep the PostgreSQL data directories"
     )
     parser.add_argument(
@@ -92,7 +119,7 @@ def add_cluster_options(parser: argparse.ArgumentParser, default_out: str) -> No
 def worker_knobs(args: argparse.Namespace) -> dict[str, str]:
     knobs = parse_env_pairs(args.env)
     for name, value in (
-        ("VAKIT_CLAIM_BATCH", args.batch),
+        ("VAKIT_CLAIM_BATCH", args.claim_batch),
         ("VAKIT_PREFETCH_SECONDS", args.prefetch),
         ("VAKIT_MAX_INFLIGHT", args.max_inflight),
     ):
@@ -118,6 +145,7 @@ def cluster_spec(args: argparse.Namespace) -> ClusterSpec:
         keep_data=args.keep_data,
         statement_stats=args.pg_stats,
         profile_workers=args.profile,
+        durable=not args.unsafe_fast_db,
     )
 
 
@@ -132,6 +160,31 @@ def settings_in_effect(env: dict[str, str]) -> dict[str, Any]:
     }
     settings = Settings(**values)
     return settings.model_dump(include=set(WORKER_SETTING_NAMES))
+
+
+def knobs_label(spec: ClusterSpec) -> str:
+    """The worker settings a run set itself, for every printed figure:
+    ``defaults`` or ``claim_batch=500,max_inflight=60000,prefetch_seconds=10``."""
+    if not spec.worker_env:
+        return "defaults"
+    return ",".join(
+        f"{k.removeprefix('VAKIT_').lower()}={v}" for k, v in sorted(spec.worker_env.items())
+    )
+
+
+def durability(postgresql: dict[str, Any]) -> dict[str, Any]:
+    """Whether the shards ran durable, read back from the server (so a
+    ``--dsn`` shard is described as it is, not as it was asked to be)."""
+    settings = postgresql.get("settings", {})
+    unsafe = {
+        name: settings.get(name)
+        for name in ("fsync", "synchronous_commit", "full_page_writes")
+        if settings.get(name) == "off"
+    }
+    return {
+        "durable": not unsafe,
+        "db": "durable" if not unsafe else "unsafe-fast (" + ",".join(sorted(unsafe)) + " off)",
+    }
 
 
 def git_commit() -> str | None:
@@ -156,6 +209,8 @@ def run_settings(
     settings, the shards, the machine and the commit. ``extra`` comes last, so
     a caller's own entries win."""
     return {
+        **durability(postgresql),
+        "knobs": knobs_label(spec),
         "worker": worker_settings,
         "worker_env": spec.worker_env,
         "shards_given": bool(spec.dsns),

@@ -8,6 +8,7 @@ used to know when to look.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ class Outcomes:
     started: list[float | None] = field(default_factory=list)
     finished: list[float] = field(default_factory=list)
     attempts: list[int] = field(default_factory=list)
+    created: list[float] = field(default_factory=list)  # when each row was made
     statuses: Counter[str] = field(default_factory=Counter)
     pending: Counter[str] = field(default_factory=Counter)
 
@@ -51,31 +53,35 @@ class Outcomes:
         return [s for s in self.started if s is not None]
 
 
-def _collect_shard(dsn: str, owner: str) -> Outcomes:
+def _collect_shard(dsn: str, owners: list[str]) -> Outcomes:
     out = Outcomes()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for status, n in conn.execute(query("owner_pending"), {"owner": owner}):
+        for status, n in conn.execute(query("owner_pending"), {"owners": owners}):
             out.pending[status] += n
-        rows = conn.execute(query("owner_outcomes"), {"owner": owner}).fetchall()
-    for scheduled, started, finished, status, attempts in rows:
+        rows = conn.execute(query("owner_outcomes"), {"owners": owners}).fetchall()
+    for scheduled, started, finished, status, attempts, created in rows:
         out.scheduled.append(scheduled)
         out.started.append(started)
         out.finished.append(finished)
         out.attempts.append(attempts)
+        out.created.append(created)
         out.statuses[status] += 1
     return out
 
 
-def collect(dsns: list[str], owner: str) -> Outcomes:
-    """Every shard's view of ``owner``'s jobs, merged."""
+def collect(dsns: list[str], owners: str | Sequence[str]) -> Outcomes:
+    """Every shard's view of the jobs of ``owners`` (one run's
+    ``owner_service`` values), merged."""
+    names = [owners] if isinstance(owners, str) else list(owners)
     with ThreadPoolExecutor(max_workers=len(dsns)) as pool:
-        parts = list(pool.map(lambda dsn: _collect_shard(dsn, owner), dsns))
+        parts = list(pool.map(lambda dsn: _collect_shard(dsn, names), dsns))
     total = Outcomes()
     for part in parts:
         total.scheduled += part.scheduled
         total.started += part.started
         total.finished += part.finished
         total.attempts += part.attempts
+        total.created += part.created
         total.statuses.update(part.statuses)
         total.pending.update(part.pending)
     return total

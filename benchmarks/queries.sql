@@ -48,26 +48,68 @@ UPDATE {table} SET status = 'SUCCEEDED', lease_until = NULL
  WHERE id = %(id)s AND status = 'RUNNING' AND attempt = %(attempt)s;
 
 -- name: owner_pending
--- Rows of one benchmark run still in the hot table, by status.
-SELECT status, count(*) AS n FROM jobs WHERE owner_service = %(owner)s GROUP BY status;
+-- Rows of one benchmark run (its owners) still in the near or far table, by status.
+SELECT status, count(*) AS n
+  FROM (SELECT status FROM jobs WHERE owner_service = ANY(%(owners)s)
+        UNION ALL
+        SELECT status FROM jobs_far WHERE owner_service = ANY(%(owners)s)) p
+ GROUP BY status;
 
 -- name: owner_history_counts
-SELECT status, count(*) AS n FROM job_history WHERE owner_service = %(owner)s GROUP BY status;
+SELECT status, count(*) AS n FROM job_history WHERE owner_service = ANY(%(owners)s) GROUP BY status;
 
 -- name: owner_outcomes
 -- One row per finished job of a run: logical time, first start (the first
 -- attempt is the one that says whether the job started on time), finish,
--- final status and attempts used. Epoch seconds keep the client side cheap
+-- final status, attempts used, and when the row was created (by the API, the
+-- COPY or the cron materializer). Epoch seconds keep the client side cheap
 -- for a million rows.
 SELECT extract(epoch FROM h.scheduled_for)::float8 AS scheduled,
        extract(epoch FROM a.first_start)::float8 AS started,
        extract(epoch FROM h.finished_at)::float8 AS finished,
        h.status,
-       coalesce(a.attempts, 0) AS attempts
+       coalesce(a.attempts, 0) AS attempts,
+       extract(epoch FROM h.created_at)::float8 AS created
   FROM job_history h
   LEFT JOIN (SELECT job_id, min(started_at) AS first_start, count(*) AS attempts
                FROM job_attempts GROUP BY job_id) a ON a.job_id = h.id
- WHERE h.owner_service = %(owner)s;
+ WHERE h.owner_service = ANY(%(owners)s);
+
+-- name: slot_jobs_visible
+-- Jobs of a run due at one instant that exist right now, wherever they are
+-- (near table, far table, or already finished): polled before T to see when
+-- a cron wave's last occurrence became visible (committed).
+SELECT (SELECT count(*) FROM jobs
+         WHERE owner_service = ANY(%(owners)s) AND scheduled_for = %(slot)s)
+     + (SELECT count(*) FROM jobs_far
+         WHERE owner_service = ANY(%(owners)s) AND scheduled_for = %(slot)s)
+     + (SELECT count(*) FROM job_history
+         WHERE owner_service = ANY(%(owners)s) AND scheduled_for = %(slot)s) AS n;
+
+-- name: slot_occurrences
+-- A cron wave's occurrences of one slot on this shard, after the wave: how
+-- many jobs, how many distinct crons (one each, or the wave doubled), how
+-- many were created before the slot, and when the first and last were
+-- created (their transaction's start: `created_at` defaults to now()).
+SELECT count(*) AS jobs,
+       count(DISTINCT cron_id) AS crons,
+       count(*) FILTER (WHERE created_at < %(slot)s) AS before_slot,
+       extract(epoch FROM min(created_at))::float8 AS first_created,
+       extract(epoch FROM max(created_at))::float8 AS last_created
+  FROM (SELECT cron_id, created_at FROM jobs
+         WHERE owner_service = ANY(%(owners)s) AND scheduled_for = %(slot)s
+        UNION ALL
+        SELECT cron_id, created_at FROM jobs_far
+         WHERE owner_service = ANY(%(owners)s) AND scheduled_for = %(slot)s
+        UNION ALL
+        SELECT cron_id, created_at FROM job_history
+         WHERE owner_service = ANY(%(owners)s) AND scheduled_for = %(slot)s) o;
+
+-- name: owner_crons
+-- Cron definitions of a run on this shard, and how many wait for the slot.
+SELECT count(*) AS crons,
+       count(*) FILTER (WHERE next_fire_at = %(slot)s) AS due_at_slot
+  FROM cron_jobs WHERE owner_service = ANY(%(owners)s);
 
 -- name: server_version
 SELECT current_setting('server_version') AS version;

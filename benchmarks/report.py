@@ -21,6 +21,7 @@ __all__ = [
     "headline",
     "machine_info",
     "plot_timeline",
+    "run_label",
     "summary_line",
     "write_report",
 ]
@@ -88,12 +89,45 @@ def _fmt_rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}/s"
 
 
+def run_label(report: dict[str, Any]) -> str:
+    """Which door made the jobs, on which database settings, with which
+    worker knobs: every printed figure carries it, so a figure is never read
+    without knowing what produced it."""
+    settings = report.get("settings", {})
+    return (
+        f"source={settings.get('source', '-')} db={settings.get('db', '-')} "
+        f"knobs={settings.get('knobs', '-')}"
+    )
+
+
+def _create_part(create: dict[str, Any]) -> str:
+    cpu = create.get("api_cpu_us_per_item")
+    mode = create["mode"] if create["mode"] == "single" else f"batch {create['batch']}"
+    return (
+        f"create={_fmt_rate(create.get('items_per_s'))}({create['door']} {mode}, "
+        f"{create['accepted']:,}/{create['requested']:,} accepted"
+        + (f", api cpu {cpu:.0f}us/item" if cpu is not None else "")
+        + ")"
+    )
+
+
+def _occurrence_part(occ: dict[str, Any]) -> str:
+    last = occ.get("last_created_vs_slot_seconds")
+    seen = (occ.get("visible") or {}).get("seen_all_vs_slot_seconds")
+    return (
+        f"occurrences={occ['jobs']:,}/{occ['expected']:,}"
+        f"(all before T: {'yes' if occ['all_created_before_slot'] else 'NO'}"
+        f", last created {'-' if last is None else f'{last:+.1f}s'} vs T"
+        f", all visible {'-' if seen is None else f'{seen:+.1f}s'} vs T)"
+    )
+
+
 def summary_line(name: str, report: dict[str, Any]) -> str:
     late = report["lateness_seconds"]
     within = report["started_within_60s"]
     rss = report["peak_worker_rss_bytes"] or {}
     parts = [
-        f"{name}: jobs={report['jobs']:,}",
+        f"{name}[{run_label(report)}]: jobs={report['jobs']:,}",
         f"within60s={within * 100:.2f}%" if within is not None else "within60s=-",
         "lateness p50/p95/p99/max="
         + "/".join(_fmt_s(late.get(k)) for k in ("p50", "p95", "p99", "max")),
@@ -107,6 +141,10 @@ def summary_line(name: str, report: dict[str, Any]) -> str:
         parts.append(
             "cpu/job=" + ",".join(f"{k}:{v:.0f}us" for k, v in per_job.items() if k != "harness")
         )
+    if report.get("create"):
+        parts.append(_create_part(report["create"]))
+    if report.get("occurrences"):
+        parts.append(_occurrence_part(report["occurrences"]))
     api = report.get("api_latency_seconds")
     if api:
         parts.append(

@@ -1,7 +1,7 @@
 """Sustained load through the API: jobs created at a steady rate, each due a
 few seconds after its creation.
 
-``python -m benchmarks.sustained [--rate 116] [--duration 60] …``
+``python -m benchmarks.sustained [--rate 116] [--duration 60] [--batch N] …``
 
 The design's average load is 10 M jobs a day, about 116 per second. This
 starts the shards, the workers and the API (``vakit api``), POSTs jobs to
@@ -9,8 +9,13 @@ starts the shards, the workers and the API (``vakit api``), POSTs jobs to
 the API's latency; a bounded number are in flight, the rest queue, and their
 latency counts from when they were due, so a slow API cannot hide its
 slowness by slowing the load down), waits for the jobs to run, and reports
-start lateness from the database and API latency. Same report format as the
-wave (``report.json``, ``sustained.png``).
+start lateness from the database and API latency. With ``--batch N`` the same
+rate goes through ``POST /api/v1/jobs:batch``, N jobs per request (request
+*i* due at ``i * N / rate``). Same report format as the wave
+(``report.json``, ``sustained.png``).
+
+Here ``--batch`` is the create batch; the workers' claim batch is
+``--claim-batch``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import secrets
 import sys
 import time
 from collections import Counter
@@ -27,6 +33,7 @@ from typing import Any
 
 import aiohttp
 
+from benchmarks.apiload import JOBS, batch_supported
 from benchmarks.harness import BenchCluster, ClusterSpec, ProcessSampler, bench_main, new_run
 from benchmarks.options import add_cluster_options, cluster_spec, run_settings, settings_in_effect
 from benchmarks.outcomes import collect, figures, server_info
@@ -47,59 +54,89 @@ class SustainedOptions:
     ahead: float = 5.0  # runAt = now + ahead, at the moment of the POST
     concurrency: int = 64  # requests in flight at most
     drain_timeout: float = 120.0
+    batch: int | None = None  # jobs per POST /api/v1/jobs:batch; None: single creates
+    api_procs: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class LoadResult:
-    requested: int = 0
+    requested: int = 0  # jobs asked for
     created: int = 0
-    statuses: Counter[str] = field(default_factory=Counter)
-    latency: list[float] = field(default_factory=list)  # from when the request was due
-    service: list[float] = field(default_factory=list)  # from when it was sent
+    statuses: Counter[str] = field(default_factory=Counter)  # per job
+    requests: int = 0
+    latency: list[float] = field(default_factory=list)  # per request, from when it was due
+    service: list[float] = field(default_factory=list)  # per request, from when it was sent
     seconds: float = 0.0
 
 
 async def generate_load(
-    url: str, token: str, body_for: Any, *, rate: float, duration: float, concurrency: int
+    urls: str | list[str],
+    token: str,
+    body_for: Any,
+    *,
+    rate: float,
+    duration: float,
+    concurrency: int,
+    batch: int | None = None,
 ) -> LoadResult:
-    """POST ``rate`` jobs per second for ``duration`` seconds, open-loop."""
+    """POST ``rate`` jobs per second for ``duration`` seconds, open-loop:
+    one job per ``POST /api/v1/jobs``, or ``batch`` per ``POST
+    /api/v1/jobs:batch``; requests take the API processes in turn."""
+    urls = [urls] if isinstance(urls, str) else urls
     result = LoadResult()
     total = int(rate * duration)
+    per_request = batch or 1
     gate = asyncio.Semaphore(concurrency)
     loop = asyncio.get_running_loop()
     headers = {"Authorization": f"Bearer {token}"}
     connector = aiohttp.TCPConnector(limit=concurrency)
     timeout = aiohttp.ClientTimeout(total=30)
 
-    async def one(session: aiohttp.ClientSession, due: float) -> None:
+    async def one(session: aiohttp.ClientSession, url: str, due: float, count: int) -> None:
         async with gate:
             sent = loop.time()
+            statuses: list[str] = []
             try:
-                async with session.post(
-                    f"{url}/api/v1/jobs", json=body_for(), headers=headers
-                ) as r:
-                    await r.read()
-                    status = str(r.status)
+                if batch is None:
+                    async with session.post(
+                        f"{url}/api/v1/jobs", json=body_for(), headers=headers
+                    ) as r:
+                        await r.read()
+                        statuses.append(str(r.status))
+                else:
+                    body = {"jobs": [body_for() for _ in range(count)]}
+                    async with session.post(
+                        f"{url}/api/v1/jobs:batch", json=body, headers=headers
+                    ) as r:
+                        answer = await r.json(content_type=None)
+                        if r.status == 200:
+                            statuses += [str(i["status"]) for i in answer["results"]]
+                            statuses += ["no result"] * (count - len(answer["results"]))
+                        else:
+                            statuses += [str(r.status)] * count
             except (aiohttp.ClientError, TimeoutError) as exc:
-                status = type(exc).__name__
+                statuses += [type(exc).__name__] * (count - len(statuses))
             done = loop.time()
-        result.statuses[status] += 1
-        if status == "201":
-            result.created += 1
+        result.statuses.update(statuses)
+        result.created += statuses.count("201")
         result.latency.append(done - due)
         result.service.append(done - sent)
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        if batch is not None and not await batch_supported(urls[0], token, JOBS):
+            raise RuntimeError("--batch: the API has no POST /api/v1/jobs:batch")
         start = loop.time()
         tasks = []
-        for i in range(total):
-            due = start + i / rate
+        for i, first in enumerate(range(0, total, per_request)):
+            count = min(per_request, total - first)
+            due = start + first / rate
             delay = due - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(session, due)))
-            result.requested += 1
+            tasks.append(asyncio.create_task(one(session, urls[i % len(urls)], due, count)))
+            result.requested += count
+            result.requests += 1
         await asyncio.gather(*tasks)
         result.seconds = loop.time() - start
     return result
@@ -113,7 +150,8 @@ def run(opts: SustainedOptions) -> dict[str, Any]:
     machine = machine_info()  # before the run: its load average is the noise floor
     with BenchCluster(spec) as cluster:
         dsns, target = cluster.start_scheduler(opts.target)
-        url, token = cluster.start_api(owner)
+        token = secrets.token_urlsafe(18)
+        urls = cluster.start_apis({token: owner}, opts.api_procs)
         worker_settings = settings_in_effect(cluster.base_env())
 
         def body() -> dict[str, Any]:
@@ -132,12 +170,13 @@ def run(opts: SustainedOptions) -> dict[str, Any]:
             sampler.begin()
             load = asyncio.run(
                 generate_load(
-                    url,
+                    urls,
                     token,
                     body,
                     rate=opts.rate,
                     duration=opts.duration,
                     concurrency=opts.concurrency,
+                    batch=opts.batch,
                 )
             )
             log.info(
@@ -164,10 +203,17 @@ def run(opts: SustainedOptions) -> dict[str, Any]:
         "api_latency_seconds": summarize(load.latency),
         "api_service_seconds": summarize(load.service),
         "api": {
+            "mode": "single" if opts.batch is None else "batch",
+            "batch": opts.batch or 1,
+            "api_processes": len(urls),
             "requested": load.requested,
+            "requests": load.requests,
             "created": load.created,
             "statuses": dict(load.statuses),
             "achieved_rate": round(load.requested / load.seconds, 2) if load.seconds else None,
+            # API CPU per created job over the whole run (the API does
+            # nothing else here).
+            "api_cpu_us_per_job": (usage.as_dict(load.created)["cpu_us_per_job"] or {}).get("api"),
         },
         "counts": outcomes.counts(),
         "retried_jobs": figs["retried_jobs"],
@@ -175,6 +221,7 @@ def run(opts: SustainedOptions) -> dict[str, Any]:
         "worker_counters": counters,
         "pg_top_statements": statements,
         "settings": {
+            "source": "api" if opts.batch is None else f"api:batch({opts.batch})",
             "rate": opts.rate,
             "duration_seconds": opts.duration,
             "ahead_seconds": opts.ahead,
@@ -190,7 +237,8 @@ def run(opts: SustainedOptions) -> dict[str, Any]:
     plot_timeline(
         out / "sustained.png",
         series,
-        f"Sustained: {opts.rate:g} jobs/s for {opts.duration:g} s through the API, "
+        f"Sustained ({report['settings']['source']}, {report['settings']['db']}, "
+        f"knobs: {report['settings']['knobs']}): {opts.rate:g} jobs/s for {opts.duration:g} s, "
         f"{len(dsns)} shards, {spec.workers} workers, {machine['cores']} cores",
         "the first runAt",
     )
@@ -201,12 +249,20 @@ def parse_args(argv: list[str] | None) -> tuple[SustainedOptions, bool]:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.sustained", description=__doc__.split("\n\n")[0]
     )
-    add_cluster_options(parser, default_out="bench-out/sustained")
+    add_cluster_options(
+        parser, default_out="bench-out/sustained", claim_batch_flags=("--claim-batch",)
+    )
     parser.add_argument("--rate", type=float, default=116.0, help="jobs created per second")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of load")
     parser.add_argument("--ahead", type=float, default=5.0, help="runAt = now + this")
     parser.add_argument("--concurrency", type=int, default=64, help="requests in flight at most")
     parser.add_argument("--drain-timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--batch",
+        type=int,
+        help="create through POST /api/v1/jobs:batch, this many jobs per request "
+        "(default: one POST /api/v1/jobs per job)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = parser.parse_args(argv)
     opts = SustainedOptions(
@@ -217,7 +273,11 @@ def parse_args(argv: list[str] | None) -> tuple[SustainedOptions, bool]:
         ahead=args.ahead,
         concurrency=args.concurrency,
         drain_timeout=args.drain_timeout,
+        batch=args.batch,
+        api_procs=args.api_procs,
     )
+    if opts.batch is not None and not 1 <= opts.batch <= 1000:
+        parser.error("--batch must be 1..1000")
     return opts, args.verbose
 
 

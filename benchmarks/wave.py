@@ -1,12 +1,22 @@
 """The round-hour wave: J jobs all due at the same instant T.
 
-``python -m benchmarks.wave [--jobs 100000] [--shards 2] [--workers 2] …``
+``python -m benchmarks.wave [--source copy|api|crons] [--jobs 100000] …``
 
-Starts the shards and W worker processes, COPYs J jobs due at T (a lead time
-ahead, long enough for the load and the prefetch window) straight into the
-shards, lets the workers run them against the NOOP target or a local HTTP
-sink, and then reads from the database when each job started and finished.
-After the wave, on the same shards, it measures the raw SQL ceiling
+Starts the shards and W worker processes and makes J jobs due at T (a lead
+time ahead, long enough to make them and for the prefetch window), through
+one of three doors (``--source``):
+
+- ``copy`` (the default): COPY straight into the shards' ``jobs`` table, a
+  side door that measures the workers alone;
+- ``api``: the batch create endpoint (``POST /api/v1/jobs:batch``) of the
+  API processes started here, several requests in flight;
+- ``crons``: J crons of several owners in several time zones, all next
+  firing at T (a whole minute), created through ``POST
+  /api/v1/cron-jobs:batch``; the workers' materializer makes the jobs.
+
+The workers run them against the NOOP target or a local HTTP sink; then the
+harness reads from the database when each job was created, started and
+finished. After the wave, on the same shards, it measures the raw SQL ceiling
 (``benchmarks.ceiling``). Writes ``report.json`` and ``wave.png`` to ``--out``
 and prints one summary line.
 """
@@ -14,15 +24,27 @@ and prints one summary line.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import secrets
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from benchmarks.apiload import CRONS, JOBS, CreateResult, ItemSource, batch_supported, create_items
 from benchmarks.bulk import JobSpec, copy_jobs
 from benchmarks.ceiling import MODES, measure_ceiling
+from benchmarks.cronwave import (
+    DEFAULT_ZONES,
+    SlotWatch,
+    cron_body_factory,
+    occurrence_figures,
+    slot_at_least,
+    zone_schedules,
+)
 from benchmarks.harness import BenchCluster, ClusterSpec, ProcessSampler, bench_main, new_run
 from benchmarks.options import add_cluster_options, cluster_spec, run_settings, settings_in_effect
 from benchmarks.outcomes import collect, figures, server_info
@@ -30,13 +52,23 @@ from benchmarks.profile import summarize_profiles, write_summary
 from benchmarks.report import headline, machine_info, plot_timeline, write_report
 from benchmarks.stats import timeline
 
-__all__ = ["WaveOptions", "auto_lead", "main", "run"]
+__all__ = ["SOURCES", "WaveOptions", "auto_lead", "main", "run"]
 
 log = logging.getLogger("benchmarks.wave")
 
-# A conservative COPY rate (measured: ~150k rows/s on 2 cores) for a machine
-# that is also running the shards and, maybe, other work.
+SOURCES = ("copy", "api", "crons")
+
+# Conservative rates for a machine that is also running the shards and,
+# maybe, other work; they only set how far ahead T is when --lead is not
+# given. COPY: measured ~150k rows/s on 2 cores. The API: the issue's floor
+# for batch creates is 10,000/s; single creates ran at ~550/s.
 _LOAD_RATE_GUESS = 50_000.0
+_API_BATCH_RATE_GUESS = 5_000.0
+_API_SINGLE_RATE_GUESS = 300.0
+# Occurrences the materializer makes per second, all shards together, and
+# how long it may wait before its next pass.
+_MATERIALIZE_RATE_GUESS = 10_000.0
+_MATERIALIZER_PASS = 5.0
 
 
 @dataclass
@@ -50,7 +82,17 @@ class WaveOptions:
     ceiling_rows: int | None = None  # None: min(jobs, 200k)
     ceiling_batch: int | None = None  # None: the claim batch the workers use
     drain_timeout: float | None = None  # None: scaled to the job count
+    source: str = "copy"  # one of SOURCES
+    owners: int = 4  # api and crons: owner services (one API token each)
+    create_batch: int = 1000  # api and crons: items per batch request
+    clients: int = 8  # api and crons: requests in flight
+    api_procs: int = 1  # api and crons: API processes
+    zones: tuple[str, ...] = DEFAULT_ZONES  # crons
     extra: dict[str, Any] = field(default_factory=dict)  # recorded in settings
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
 
 
 def auto_lead(jobs: int, prefetch: float) -> float:
@@ -64,30 +106,28 @@ def run(opts: WaveOptions) -> dict[str, Any]:
     run_id, owner = new_run()
     out = spec.out
     machine = machine_info()  # before the run: its load average is the noise floor
+    # The API doors spread the wave over several owners, as many teams'
+    # services would; COPY writes one owner's rows.
+    owners = [owner] if opts.source == "copy" else [f"{owner}-{k}" for k in range(opts.owners)]
     with BenchCluster(spec) as cluster:
         dsns, target = cluster.start_scheduler(opts.target)
         worker_settings = settings_in_effect(cluster.base_env())
         prefetch = float(worker_settings["prefetch_seconds"])
-        lead = opts.lead if opts.lead is not None else auto_lead(opts.jobs, prefetch)
-        with ProcessSampler(cluster) as sampler:
-            t_due = datetime.now(UTC) + timedelta(seconds=lead)
-            payload = {"pad": "x" * opts.payload_bytes} if opts.payload_bytes else {}
-            job = JobSpec(
-                owner=owner, type="bench.wave", run_at=t_due, target=target, payload=payload
-            )
-            load = copy_jobs(dsns, opts.jobs, job)
+        tokens = {secrets.token_urlsafe(18): o for o in owners}
+        urls = cluster.start_apis(tokens, opts.api_procs) if opts.source != "copy" else []
+        with ProcessSampler(cluster) as sampler, ExitStack() as watching:
+            made = _make_wave(opts, cluster, sampler, dsns, target, owners, tokens, urls, prefetch)
+            if made.watch is not None:
+                watching.enter_context(made.watch)
+            t_due = made.due
             loaded_at = datetime.now(UTC)
-            log.info(
-                "loaded %d jobs in %.1f s; T in %.1f s",
-                load.total,
-                load.seconds,
-                (t_due - loaded_at).total_seconds(),
-            )
             claims_open = t_due - timedelta(seconds=prefetch)
             late_load = (loaded_at - claims_open).total_seconds()
             if late_load > 0:
                 log.warning(
-                    "the load ended %.1f s after claims could start: raise --lead", late_load
+                    "the %s source ended %.1f s after claims could start: raise --lead",
+                    opts.source,
+                    late_load,
                 )
             # CPU is counted from the moment claims may start (T - prefetch).
             _sleep_until(claims_open, cluster)
@@ -96,9 +136,11 @@ def run(opts: WaveOptions) -> dict[str, Any]:
             sampler.begin()
             timeout = opts.drain_timeout or 120.0 + opts.jobs / 500.0
             _sleep_until(t_due, cluster)
-            seen = cluster.wait_finished(load.total, timeout=timeout)
+            if made.watch is not None:
+                made.watch.wait(timeout=10.0)  # its last count, taken at T
+            seen = cluster.wait_finished(made.expected, timeout=timeout)
             usage = sampler.end()
-            log.info("%d of %d jobs finished %.1f s after T", seen, load.total, usage.seconds)
+            log.info("%d of %d jobs finished %.1f s after T", seen, made.expected, usage.seconds)
         profiles = cluster.stop_profilers()
         profile = summarize_profiles(profiles) if profiles else None
         counters = cluster.worker_counters()
@@ -107,10 +149,15 @@ def run(opts: WaveOptions) -> dict[str, Any]:
         # The ceiling runs with no scheduler at all: the workers would claim
         # the batched ceiling's rows, and poll (and use CPU) in any mode.
         cluster.stop_processes()
-        outcomes = collect(dsns, owner)
-        figs = figures(outcomes, load.total, t_due.timestamp())
+        outcomes = collect(dsns, owners)
+        figs = figures(outcomes, made.expected, t_due.timestamp())
         series = timeline(
             t_due.timestamp(), outcomes.start_times(), outcomes.lateness(), outcomes.finished
+        )
+        occurrences = (
+            occurrence_figures(dsns, owners, t_due, made.expected)
+            if opts.source == "crons"
+            else None
         )
         batch = opts.ceiling_batch or int(worker_settings["claim_batch"])
         ceilings = {
@@ -127,35 +174,49 @@ def run(opts: WaveOptions) -> dict[str, Any]:
         }
         pg = server_info(dsns[0])
     naive = ceilings.get("naive")
+    t = t_due.timestamp()
+    created = {
+        "first_vs_due_seconds": round(min(outcomes.created) - t, 3) if outcomes.created else None,
+        "last_vs_due_seconds": round(max(outcomes.created) - t, 3) if outcomes.created else None,
+    }
+    if occurrences is not None and made.watch is not None:
+        occurrences["visible"] = made.watch.as_dict()
     report: dict[str, Any] = {
         **headline(
-            "wave", load.total, figs, naive.jobs_per_s if naive else None, sampler.peak_rss()
+            "wave", made.expected, figs, naive.jobs_per_s if naive else None, sampler.peak_rss()
         ),
+        "source": opts.source,
         "start_jobs_per_s": figs["start_jobs_per_s"],
         "drain_seconds": figs["drain_seconds"],
         "counts": outcomes.counts(),
         "retried_jobs": figs["retried_jobs"],
+        # When the rows the wave ran were made (their created_at), against T.
+        "rows_created": created,
+        "create": made.create_report,
+        "occurrences": occurrences,
         "ceilings": {mode: c.as_dict() for mode, c in ceilings.items()},
-        "usage": usage.as_dict(load.total),
+        "usage": usage.as_dict(made.expected),
         "worker_counters": counters,
         "sink_firings": sink_count,
         "pg_top_statements": statements,
         "worker_profile": profile,
         "settings": {
+            "source": opts.source,
             "jobs": opts.jobs,
             "shards": len(dsns),
             "workers": spec.workers,
             "target": opts.target,
             "payload_bytes": opts.payload_bytes,
-            "lead_seconds": lead,
+            "lead_seconds": made.lead,
             "due_at": t_due.isoformat(),
-            "load_seconds": round(load.seconds, 3),
-            "load_jobs_per_s": round(load.total / load.seconds, 1) if load.seconds else None,
-            "load_per_shard": load.per_shard,
+            "owners": len(owners),
+            "api_processes": len(urls),
+            "load_seconds": round(made.seconds, 3),
+            "load_jobs_per_s": round(made.expected / made.seconds, 1) if made.seconds else None,
+            "load_per_shard": made.per_shard,
             "load_ended_after_claims_opened_seconds": round(max(0.0, late_load), 3),
             "finished_seen_by_metrics": seen,
-            # The shards started here run with fsync off (PgServer durable=False).
-            "durable": False if not spec.dsns else None,
+            **made.settings,
             **run_settings(spec, worker_settings, pg, machine, run_id, opts.extra),
         },
     }
@@ -165,11 +226,177 @@ def run(opts: WaveOptions) -> dict[str, Any]:
     plot_timeline(
         out / "wave.png",
         series,
-        f"Wave: {load.total:,} jobs, {len(dsns)} shards, {spec.workers} workers, "
+        f"Wave ({opts.source}, {report['settings']['db']}, knobs: {report['settings']['knobs']}): "
+        f"{made.expected:,} jobs, {len(dsns)} shards, {spec.workers} workers, "
         f"{opts.target} target, {machine['cores']} cores",
         "T (runAt of every job)",
     )
     return report
+
+
+@dataclass
+class _Made:
+    """How the wave's jobs came to be: T, how many, and the door's figures."""
+
+    due: datetime
+    lead: float
+    expected: int
+    seconds: float  # making them: the COPY, or the API creation
+    per_shard: list[int] | None = None
+    create_report: dict[str, Any] | None = None
+    watch: SlotWatch | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def _make_wave(
+    opts: WaveOptions,
+    cluster: BenchCluster,
+    sampler: ProcessSampler,
+    dsns: list[str],
+    target: dict[str, Any],
+    owners: list[str],
+    tokens: dict[str, str],
+    urls: list[str],
+    prefetch: float,
+) -> _Made:
+    payload = {"pad": "x" * opts.payload_bytes} if opts.payload_bytes else {}
+    if opts.source == "copy":
+        lead = opts.lead if opts.lead is not None else auto_lead(opts.jobs, prefetch)
+        t_due = datetime.now(UTC) + timedelta(seconds=lead)
+        job = JobSpec(
+            owner=owners[0], type="bench.wave", run_at=t_due, target=target, payload=payload
+        )
+        load = copy_jobs(dsns, opts.jobs, job)
+        log.info(
+            "copy: loaded %d jobs in %.1f s; T in %.1f s",
+            load.total,
+            load.seconds,
+            (t_due - datetime.now(UTC)).total_seconds(),
+        )
+        return _Made(t_due, lead, load.total, load.seconds, per_shard=load.per_shard)
+
+    token_list = list(tokens)
+    door = JOBS if opts.source == "api" else CRONS
+    has_batch = asyncio.run(batch_supported(urls[0], token_list[0], door))
+    create_guess = _API_BATCH_RATE_GUESS if has_batch else _API_SINGLE_RATE_GUESS
+    counts = _split(opts.jobs, len(owners))
+    watch: SlotWatch | None = None
+    extra: dict[str, Any] = {
+        "create_batch": opts.create_batch,
+        "create_clients": opts.clients,
+    }
+    if opts.source == "api":
+        lead = opts.lead if opts.lead is not None else _api_lead(opts.jobs, prefetch, create_guess)
+        t_due = datetime.now(UTC) + timedelta(seconds=lead)
+        run_at = t_due.isoformat()
+        tag = secrets.token_hex(4)
+
+        def job_factory(k: int) -> Any:
+            def body(i: int) -> dict[str, Any]:
+                return {
+                    "type": "bench.wave",
+                    "runAt": run_at,
+                    "target": target,
+                    "payload": payload,
+                    "maxAttempts": 3,
+                    "timeoutSeconds": 30,
+                    # A resent item (after a 429) finds its first copy.
+                    "idempotencyKey": f"wave-{tag}-{k}-{i}",
+                }
+
+            return body
+
+        sources: list[ItemSource] = [
+            (token, counts[k], job_factory(k)) for k, token in enumerate(token_list)
+        ]
+    else:
+        now = datetime.now(UTC)
+        min_lead = (
+            opts.lead if opts.lead is not None else _cron_lead(opts.jobs, prefetch, create_guess)
+        )
+        t_due = slot_at_least(now, min_lead)
+        lead = round((t_due - now).total_seconds(), 1)
+        schedules = zone_schedules(t_due, opts.zones, now)
+        tag = secrets.token_hex(4)
+        sources = [
+            (
+                token,
+                counts[k],
+                cron_body_factory(
+                    schedules, target, owner_index=k, owners=len(owners), name_prefix=f"wave-{tag}"
+                ),
+            )
+            for k, token in enumerate(token_list)
+        ]
+        extra["cron_schedules"] = schedules
+    log.info(
+        "%s: creating %d %s through %d API process(es); T in %.1f s",
+        opts.source,
+        opts.jobs,
+        door.name,
+        len(urls),
+        (t_due - datetime.now(UTC)).total_seconds(),
+    )
+    mark = sampler.mark()
+    result: CreateResult = asyncio.run(
+        create_items(urls, sources, door, batch=opts.create_batch, clients=opts.clients)
+    )
+    create_usage = sampler.usage_since(mark)
+    api_cpu = create_usage.cpu_seconds.get("api")
+    create_report = {
+        **result.as_dict(api_cpu),
+        "usage": create_usage.as_dict(result.accepted or None),
+    }
+    log.info(
+        "%s: %d of %d accepted in %.1f s (%s/s, %s mode); T in %.1f s",
+        opts.source,
+        result.accepted,
+        result.requested,
+        result.seconds,
+        f"{result.items_per_s:,.0f}" if result.items_per_s else "-",
+        result.mode,
+        (t_due - datetime.now(UTC)).total_seconds(),
+    )
+    if result.accepted < result.requested:
+        log.warning("%s: not every item was accepted: %s", opts.source, dict(result.statuses))
+    if opts.source == "crons":
+        ended = datetime.now(UTC)
+        if ended >= t_due:
+            # A cron created after T fires next tomorrow: there is no wave.
+            raise RuntimeError(
+                f"creating the crons ended {(ended - t_due).total_seconds():.1f} s after T: "
+                "raise --lead"
+            )
+        # Started by the caller (a context manager), right away.
+        watch = SlotWatch(dsns, owners, t_due, result.accepted, until=t_due)
+    return _Made(
+        t_due,
+        lead,
+        result.accepted,
+        result.seconds,
+        create_report=create_report,
+        watch=watch,
+        settings=extra,
+    )
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """``total`` items over ``parts`` owners, as evenly as they go."""
+    return [total // parts + (1 if k < total % parts else 0) for k in range(parts)]
+
+
+def _api_lead(jobs: int, prefetch: float, create_rate: float) -> float:
+    """Time enough to create ``jobs`` through the API before claims may start."""
+    return round(3.0 + prefetch + jobs / create_rate, 1)
+
+
+def _cron_lead(crons: int, prefetch: float, create_rate: float) -> float:
+    """Time enough to create ``crons`` and for the materializer to make their
+    occurrences before claims may start (T is then rounded up to a minute)."""
+    return round(
+        3.0 + prefetch + crons / create_rate + _MATERIALIZER_PASS + crons / _MATERIALIZE_RATE_GUESS,
+        1,
+    )
 
 
 def _sleep_until(when: datetime, cluster: BenchCluster) -> None:
@@ -186,8 +413,36 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
         prog="python -m benchmarks.wave", description=__doc__.split("\n\n")[0]
     )
     add_cluster_options(parser, default_out="bench-out/wave")
-    parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--lead", type=float, help="seconds from now to T (default: from --jobs)")
+    parser.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="copy",
+        help="how the wave's jobs are made: COPY into the shards, the batch create API, "
+        "or crons that the materializer turns into jobs",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=100_000, help="jobs (crons with --source crons)"
+    )
+    parser.add_argument(
+        "--lead",
+        type=float,
+        help="seconds from now to T (default: from --jobs and --source); "
+        "crons: at least this, rounded up to a whole minute",
+    )
+    parser.add_argument(
+        "--owners", type=int, default=4, help="api/crons: owner services, one API token each"
+    )
+    parser.add_argument(
+        "--create-batch", type=int, default=1000, help="api/crons: items per batch request"
+    )
+    parser.add_argument(
+        "--clients", type=int, default=8, help="api/crons: create requests in flight at most"
+    )
+    parser.add_argument(
+        "--zones",
+        default=",".join(DEFAULT_ZONES),
+        help="crons: IANA time zones, comma-separated; each zone's crons fire at T's local time",
+    )
     parser.add_argument("--payload-bytes", type=int, default=0, help="pad each payload")
     parser.add_argument(
         "--ceiling",
@@ -209,6 +464,12 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
         ceiling=tuple(ceiling),
         ceiling_rows=args.ceiling_rows,
         drain_timeout=args.drain_timeout,
+        source=args.source,
+        owners=args.owners,
+        create_batch=args.create_batch,
+        clients=args.clients,
+        api_procs=args.api_procs,
+        zones=tuple(z.strip() for z in args.zones.split(",") if z.strip()),
     )
     return opts, args.verbose
 
