@@ -6,6 +6,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -105,9 +106,7 @@ def status(config: str | None, as_json: bool) -> None:
     """Members, shard owners and leaders, and backlog per shard."""
     settings = _settings(config)
     _need_shards(settings)
-    from cluster.coordination.report import cluster_status
-
-    report = asyncio.run(cluster_status(settings))
+    report = asyncio.run(_cluster_report(settings))
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
         return
@@ -121,6 +120,32 @@ def status(config: str | None, as_json: bool) -> None:
             f"{s['shard']:>5}  {str(s['leader'] or '-'):<28} {str(s['backlog'] if s['backlog'] is not None else '?'):>8} "
             f"{(f'{age:.1f}s' if age is not None else '?'):>11}  {', '.join(s['owners']) or '-'}"
         )
+
+
+async def _cluster_report(settings: Settings) -> dict[str, Any]:
+    """The report of ``vakit status``: this command builds the PostgreSQL store
+    and the ZooKeeper view, and closes them."""
+    from cluster.coordination.report import cluster_status
+    from cluster.coordination.view import ZkClusterView
+    from cluster.errors import VakitError
+    from cluster.store.postgres import PgStore
+
+    store = PgStore(settings.shards, min_size=0, max_size=2, timeout=settings.connect_timeout)
+    await store.open()
+    view: ZkClusterView | None = None
+    try:
+        if settings.zk:
+            candidate = ZkClusterView(settings.zk, timeout=5.0)
+            try:
+                await asyncio.to_thread(candidate.start)
+                view = candidate
+            except VakitError:
+                pass  # reported as "coordination unavailable", with the backlog
+        return await cluster_status(store, view, coordinated=bool(settings.zk))
+    finally:
+        if view is not None:
+            await asyncio.to_thread(view.stop)
+        await store.close()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """The one error hierarchy of Vakit.
 
-Store and target errors are translated once, at the seam, into these classes;
-the API maps each to an HTTP status and an ``application/problem+json`` body.
+Store and target errors are translated once, at the seam, into these classes.
+They say what went wrong in domain terms and carry structured fields
+(``shard``, ``job_id``, ``idempotency_key``…); they know nothing of HTTP. The
+API maps each class to a status, a title and a problem type in one table
+(:mod:`cluster.api.problems`).
 """
 
 from __future__ import annotations
@@ -14,17 +17,16 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "Overloaded",
+    "PayloadTooLarge",
     "ShardUnavailable",
+    "StoreError",
     "Unauthorized",
     "VakitError",
 ]
 
 
 class VakitError(Exception):
-    """Base class. ``status`` is the HTTP status the API answers with."""
-
-    status = 500
-    title = "Internal error"
+    """Base class: a message a person can act on, and structured fields."""
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)
@@ -39,30 +41,32 @@ class VakitError(Exception):
 
 
 class InvalidRequest(VakitError):
-    status = 422
-    title = "Invalid request"
+    """Input that can never be accepted as it is; nothing was changed."""
+
+
+class PayloadTooLarge(InvalidRequest):
+    """A request or a payload over the configured size limit."""
+
+    def __init__(self, message: str, size: int | None = None, limit: int | None = None, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.size = size
+        self.limit = limit
 
 
 class Unauthorized(VakitError):
-    status = 401
-    title = "Unauthorized"
+    """No credentials, or credentials nobody issued."""
 
 
 class NotFound(VakitError):
-    status = 404
-    title = "Not found"
+    """No such resource for this owner (other owners' resources included)."""
 
 
 class Conflict(VakitError):
-    status = 409
-    title = "Conflict"
+    """The resource's state or an earlier request forbids this one."""
 
 
 class Overloaded(VakitError):
     """Too much work right now; the client should retry after ``retry_after`` s."""
-
-    status = 429
-    title = "Too many requests"
 
     def __init__(self, message: str, retry_after: int = 1, **fields: Any) -> None:
         super().__init__(message, **fields)
@@ -71,9 +75,6 @@ class Overloaded(VakitError):
 
 class ShardUnavailable(VakitError):
     """A shard's database cannot be reached; nothing was written there."""
-
-    status = 503
-    title = "Shard unavailable"
 
     def __init__(self, message: str, shard: int, retry_after: int = 2, **fields: Any) -> None:
         super().__init__(message, shard=shard, **fields)
@@ -84,5 +85,13 @@ class ShardUnavailable(VakitError):
 class CoordinationUnavailable(VakitError):
     """ZooKeeper could not be reached, or did not answer, in time."""
 
-    status = 503
-    title = "Coordination unavailable"
+
+class StoreError(VakitError):
+    """A database error that is neither an unavailable shard nor a conflict
+    (a bug, a schema that does not match): translated at the store seam so
+    no driver exception reaches the worker or the API."""
+
+    def __init__(self, message: str, shard: int, sqlstate: str | None = None, **fields: Any) -> None:
+        super().__init__(message, shard=shard, sqlstate=sqlstate, **fields)
+        self.shard = shard
+        self.sqlstate = sqlstate

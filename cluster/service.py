@@ -10,6 +10,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -31,7 +32,10 @@ from cluster.targets.noop import NoopTarget
 from cluster.targets.policy import AddressPolicy
 from cluster.worker.worker import Worker, default_worker_id
 
-__all__ = ["build_targets", "make_coordinator", "run_api", "run_worker"]
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+__all__ = ["api_app", "build_targets", "make_coordinator", "run_api", "run_worker"]
 
 log = logging.getLogger(__name__)
 
@@ -170,14 +174,33 @@ async def run_worker(settings: Settings) -> None:
     log.info("worker stopped", extra={"worker_id": worker_id, "seconds": time.monotonic() - started})
 
 
+def api_app(settings: Settings) -> FastAPI:
+    """The API on the PostgreSQL shards, with the ZooKeeper cluster view when
+    ZooKeeper is configured: the composition the API itself never makes."""
+    from cluster.api.app import create_app
+    from cluster.coordination.view import ZkClusterView
+
+    store = PgStore(
+        settings.shards,
+        min_size=settings.pool_min_size,
+        max_size=settings.pool_max_size,
+        timeout=settings.connect_timeout,
+        name="vakit-api",
+    )
+    zk = settings.zk
+    return create_app(
+        settings,
+        store=store,
+        crons=PgCronStore(store),
+        view_factory=(lambda: ZkClusterView(zk)) if zk else None,
+    )
+
+
 def run_api(settings: Settings) -> None:
     import uvicorn
 
-    from cluster.api.app import create_app
-
-    app = create_app(settings)
     uvicorn.run(
-        app,
+        api_app(settings),
         host=settings.api_host,
         port=settings.api_port,
         log_config=None,

@@ -11,12 +11,25 @@ import hashlib
 import json
 import re
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    field_validator,
+)
 
 __all__ = [
+    "MAX_BATCH",
     "AttemptOut",
+    "BatchCreateJobsIn",
+    "BatchCreateJobsOut",
+    "BatchJobIn",
+    "BatchJobResult",
     "CreateJobIn",
     "CreateJobOut",
     "HttpTargetIn",
@@ -24,6 +37,7 @@ __all__ = [
     "KafkaTargetIn",
     "NoopTargetIn",
     "PatchJobIn",
+    "ProblemOut",
     "TargetIn",
     "fingerprint",
     "format_utc",
@@ -37,7 +51,18 @@ _RFC3339 = re.compile(
 
 def parse_rfc3339(value: str, name: str = "time") -> datetime:
     """RFC 3339 with a mandatory offset; naive or vague times are refused."""
-    if not isinstance(value, str) or not _RFC3339.match(value):
+    if isinstance(value, str):
+        # The validator parses runAt, then the handler needs the datetime:
+        # the second parse of the same text is a cache hit.
+        return _parse_rfc3339(value, name)
+    raise ValueError(
+        f"{name} must be an RFC 3339 timestamp with an offset, e.g. 2026-10-23T14:30:00Z"
+    )
+
+
+@lru_cache(maxsize=1024)
+def _parse_rfc3339(value: str, name: str) -> datetime:
+    if not _RFC3339.match(value):
         raise ValueError(
             f"{name} must be an RFC 3339 timestamp with an offset, e.g. 2026-10-23T14:30:00Z"
         )
@@ -165,7 +190,66 @@ class JobOut(BaseModel):
     attempts: list[AttemptOut] = Field(default_factory=list)
 
 
-def fingerprint(body: BaseModel) -> str:
-    """A stable digest of a request, to tell a repeat from a reuse of a key."""
-    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+def fingerprint(body: BaseModel, exclude: set[str] | None = None) -> str:
+    """A stable digest of a request, to tell a repeat from a reuse of a key.
+
+    The digest is stored with the key, so its recipe never changes: a repeat
+    sent after an upgrade must still match the first request."""
+    canonical = json.dumps(
+        body.model_dump(mode="json", exclude=exclude), sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# -- batch create -----------------------------------------------------------
+
+MAX_BATCH = 1000
+
+
+class BatchJobIn(CreateJobIn):
+    """One job of a batch: a single create's body, and its own key."""
+
+    idempotencyKey: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="As the Idempotency-Key header of a single create, per job.",
+    )
+
+
+# Items are validated one by one in the handler, so that one bad job gets its
+# own 422 and the others go ahead; the envelope only holds them. The schema
+# still documents each item as a BatchJobIn.
+_RawBatchJob = Annotated[Any, PlainValidator(lambda v: v, json_schema_input_type=BatchJobIn)]
+
+
+class BatchCreateJobsIn(_Strict):
+    jobs: list[_RawBatchJob] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class ProblemOut(BaseModel):
+    """An ``application/problem+json`` body (RFC 9457); extension members
+    (``field``, ``errors``, ``shard``…) may follow."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+
+
+class BatchJobResult(BaseModel):
+    """One job's outcome: ``jobId`` and ``jobStatus`` when it was created
+    (201) or was a repeat (200), a ``problem`` otherwise (409, 413, 422,
+    503…), exactly as a single create would have answered."""
+
+    index: int = Field(description="The job's position in the request.")
+    status: int
+    jobId: str | None = None
+    jobStatus: str | None = None
+    problem: ProblemOut | None = None
+
+
+class BatchCreateJobsOut(BaseModel):
+    results: list[BatchJobResult] = Field(description="One per job, in request order.")

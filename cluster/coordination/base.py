@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-__all__ = ["Coordinator", "Member", "ShardStatus", "StaticCoordinator"]
+__all__ = ["ClusterView", "Coordinator", "Member", "ShardStatus", "StaticCoordinator"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,21 @@ class Coordinator(Protocol):
     def add_listener(self, callback: Callable[[], None]) -> None:
         """Called (from any thread) after ownership or leadership changed."""
         ...
+
+
+class ClusterView(Protocol):
+    """A read-only view of members, shard owners and leaders, for the API and
+    operators (``/api/v1/cluster``, ``vakit status``). Calls block; each
+    answers in bounded time or raises
+    :class:`~cluster.errors.CoordinationUnavailable`."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def members(self) -> list[Member]: ...
+
+    def shards(self, shard_count: int) -> list[ShardStatus]: ...
 
 
 class StaticCoordinator:

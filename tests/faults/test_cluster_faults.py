@@ -47,7 +47,6 @@ import pytest
 from psycopg import sql
 
 import shardmap
-from cluster.api.app import create_app
 from cluster.config import Settings
 from cluster.coordination.assignment import assign_shards
 from cluster.coordination.base import Member
@@ -62,6 +61,7 @@ from cluster.leader.reaper import Reaper
 from cluster.local.pgserver import PgServer
 from cluster.local.zkserver import ZkEnsemble, ZkServer
 from cluster.model import ClaimParams, CreateJobParams
+from cluster.service import api_app
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
 from cluster.targets.http import HttpTarget
@@ -733,7 +733,7 @@ async def create_crons(dsns: list[str], url: str) -> list[uuid.UUID]:
     settings = Settings.model_validate(
         {"shards": dsns, "api_tokens": {TOKEN: OWNER}, "allow_private_targets": True}
     )
-    app = create_app(settings)
+    app = api_app(settings)
     ids: list[uuid.UUID] = []
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

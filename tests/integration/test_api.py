@@ -11,9 +11,9 @@ import httpx
 import psycopg
 import pytest
 
-from cluster.api.app import create_app
 from cluster.config import Settings
 from cluster.model import ClaimParams
+from cluster.service import api_app
 from cluster.store.postgres import PgStore
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,7 @@ def settings_for(dsns: list[str], **over: Any) -> Settings:
 
 
 async def client_for(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings)
+    app = api_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
@@ -279,7 +279,7 @@ async def test_openapi_and_ops_endpoints(api: httpx.AsyncClient) -> None:
 
 async def test_overload_is_429_with_retry_after(shard_dsns: list[str]) -> None:
     settings = settings_for(shard_dsns, api_max_concurrency=2)
-    app = create_app(settings)
+    app = api_app(settings)
     store = app.state.ctx.store
     gate = asyncio.Event()
     real_get = store.get_job

@@ -1,0 +1,157 @@
+"""The cron-jobs API's request and response bodies (``/api/v1/cron-jobs``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, PlainValidator, model_validator
+
+from cluster.api.schemas import MAX_BATCH, ProblemOut, TargetIn, UtcDatetime, _Strict
+
+__all__ = [
+    "BatchCreateCronsIn",
+    "BatchCreateCronsOut",
+    "BatchCronResult",
+    "CreateCronIn",
+    "CronListOut",
+    "CronOut",
+    "FireOut",
+    "PatchCronIn",
+    "PreviewOut",
+    "RunOut",
+    "RunsOut",
+    "TriggerOut",
+]
+
+Misfire = Literal["RUN_ALL", "RUN_ONCE", "SKIP"]
+Concurrency = Literal["ALLOW", "FORBID", "REPLACE"]
+_NAME = r"^[A-Za-z0-9_.:-]+$"
+
+
+class CreateCronIn(_Strict):
+    name: str = Field(min_length=1, max_length=128, pattern=_NAME)
+    schedule: str = Field(min_length=1, max_length=200, description="5-field cron, @macro, 'every 15m' or 'every 15m fixed-delay'.")
+    timeZone: str = Field("UTC", min_length=1, max_length=64)
+    type: str | None = Field(None, min_length=1, max_length=64, pattern=_NAME)
+    target: TargetIn
+    payload: Any = None
+    misfirePolicy: Misfire = "RUN_ONCE"
+    concurrency: Concurrency = "ALLOW"
+    jitterSeconds: int = Field(0, ge=0, le=86400)
+    maxAttempts: int = Field(3, ge=1, le=100)
+    timeoutSeconds: int = Field(60, ge=1, le=86400)
+    startingDeadlineSeconds: int | None = Field(None, ge=1, le=7 * 86400)
+    enabled: bool = True
+
+
+class PatchCronIn(_Strict):
+    schedule: str | None = Field(None, min_length=1, max_length=200)
+    timeZone: str | None = Field(None, min_length=1, max_length=64)
+    type: str | None = Field(None, min_length=1, max_length=64, pattern=_NAME)
+    target: TargetIn | None = None
+    payload: Any = None
+    misfirePolicy: Misfire | None = None
+    concurrency: Concurrency | None = None
+    jitterSeconds: int | None = Field(None, ge=0, le=86400)
+    maxAttempts: int | None = Field(None, ge=1, le=100)
+    timeoutSeconds: int | None = Field(None, ge=1, le=86400)
+    startingDeadlineSeconds: int | None = Field(None, ge=1, le=7 * 86400)
+    enabled: bool | None = None
+
+    @model_validator(mode="after")
+    def _no_null_for_required(self) -> PatchCronIn:
+        # Absent means "keep"; null is only meaningful where the field may be
+        # empty (payload, startingDeadlineSeconds). Elsewhere it was a 500.
+        nulled = sorted(k for k in self.model_fields_set - _NULLABLE if getattr(self, k) is None)
+        if nulled:
+            raise ValueError(f"{', '.join(nulled)} cannot be null; leave a field out to keep it")
+        return self
+
+
+_NULLABLE = {"payload", "startingDeadlineSeconds"}
+
+
+class CronOut(BaseModel):
+    cronJobId: str
+    name: str
+    schedule: str
+    scheduleKind: str
+    timeZone: str
+    type: str
+    target: dict[str, Any]
+    payload: Any
+    misfirePolicy: str
+    concurrency: str
+    jitterSeconds: int
+    maxAttempts: int
+    timeoutSeconds: int
+    startingDeadlineSeconds: int | None
+    enabled: bool
+    shard: int
+    nextFireAt: UtcDatetime | None
+    lastFireAt: UtcDatetime | None
+    lastSuccessAt: UtcDatetime | None
+    missedCount: int
+    skippedCount: int
+    createdAt: UtcDatetime | None
+    updatedAt: UtcDatetime | None
+
+
+class CronListOut(BaseModel):
+    items: list[CronOut]
+    nextCursor: str | None
+
+
+class FireOut(BaseModel):
+    scheduledFor: UtcDatetime
+    local: str
+    note: str | None
+
+
+class PreviewOut(BaseModel):
+    fires: list[FireOut]
+
+
+class RunOut(BaseModel):
+    jobId: str
+    scheduledFor: UtcDatetime
+    runAt: UtcDatetime
+    status: str
+    attempt: int
+    lastError: str | None
+    finishedAt: UtcDatetime | None
+    latenessSeconds: float | None
+
+
+class RunsOut(BaseModel):
+    runs: list[RunOut]
+
+
+class TriggerOut(BaseModel):
+    jobId: str
+    scheduledFor: UtcDatetime
+
+
+# -- batch create -----------------------------------------------------------
+
+# Items are validated one by one in the handler (one bad cron gets its own
+# 422); the schema documents each as a CreateCronIn.
+_RawCron = Annotated[Any, PlainValidator(lambda v: v, json_schema_input_type=CreateCronIn)]
+
+
+class BatchCreateCronsIn(_Strict):
+    cronJobs: list[_RawCron] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class BatchCronResult(BaseModel):
+    """One cron's outcome: ``cronJobId`` when it was created (201) or was
+    already defined with the same body (200), a ``problem`` otherwise."""
+
+    index: int = Field(description="The cron's position in the request.")
+    status: int
+    cronJobId: str | None = None
+    problem: ProblemOut | None = None
+
+
+class BatchCreateCronsOut(BaseModel):
+    results: list[BatchCronResult] = Field(description="One per cron, in request order.")

@@ -1,0 +1,293 @@
+"""One-shot jobs under ``/api/v1/jobs``: create (one or a batch), get, move, cancel.
+
+A create is the API's hot path (a midnight wave is loaded through it), so it
+answers with bytes it builds itself rather than a response model FastAPI
+would validate again; the response models still document it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from fastapi import APIRouter, Header
+from pydantic import ValidationError
+from starlette.responses import Response
+
+import shardmap
+from cluster.api.context import ApiContext, Ctx, Owner
+from cluster.api.problems import problem_for, validation_problem
+from cluster.api.schemas import (
+    AttemptOut,
+    BatchCreateJobsIn,
+    BatchCreateJobsOut,
+    BatchJobIn,
+    CreateJobIn,
+    CreateJobOut,
+    JobOut,
+    PatchJobIn,
+    fingerprint,
+    parse_rfc3339,
+)
+from cluster.clock import utc
+from cluster.errors import InvalidRequest, NotFound, ShardUnavailable, VakitError
+from cluster.model import (
+    CancelParams,
+    CreateJobParams,
+    CreateJobsParams,
+    CreateResult,
+    GetJobParams,
+    JobRecord,
+    RescheduleParams,
+)
+
+__all__ = ["job_id_text", "job_out", "parse_job_id", "router"]
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["jobs"])
+_BATCH_KEY_FIELD = {"idempotencyKey"}
+
+
+def job_id_text(value: uuid.UUID) -> str:
+    return shardmap.encode_id("job", value)
+
+
+def parse_job_id(text: str) -> uuid.UUID:
+    try:
+        return shardmap.decode_id("job", text)
+    except ValueError as exc:
+        raise NotFound(str(exc)) from exc
+
+
+def job_out(job: JobRecord, shard: int) -> JobOut:
+    return JobOut(
+        jobId=job_id_text(job.id),
+        type=job.type,
+        status=job.status.value,
+        runAt=job.run_at,
+        scheduledFor=job.scheduled_for,
+        attempt=job.attempt,
+        maxAttempts=job.max_attempts,
+        timeoutSeconds=job.timeout_seconds,
+        shard=shard,
+        target=job.target,
+        payload=job.payload,
+        lastError=job.last_error,
+        idempotencyKey=job.idempotency_key,
+        cronJobId=shardmap.encode_id("cron", job.cron_id) if job.cron_id else None,
+        createdAt=job.created_at,
+        finishedAt=job.finished_at,
+        attempts=[
+            AttemptOut(
+                attempt=a.attempt,
+                worker=a.worker,
+                startedAt=a.started_at,
+                finishedAt=a.finished_at,
+                outcome=a.outcome,
+                error=a.error,
+                latenessSeconds=a.lateness_seconds,
+            )
+            for a in job.attempts
+        ],
+    )
+
+
+def _json(content: Any, status: int) -> Response:
+    # What FastAPI's JSONResponse would send, without its model round trip.
+    body = json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+    return Response(body, status_code=status, media_type="application/json")
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A validated job, before its id (and so its shard) is drawn."""
+
+    owner: str
+    body: CreateJobIn
+    run_at: datetime
+    target: dict[str, Any]
+    key: str | None
+    fingerprint: str | None
+    far: bool
+
+    def params(self, slot: int | None) -> CreateJobParams:
+        return CreateJobParams(
+            id=shardmap.new_uuid(slot),
+            owner=self.owner,
+            type=self.body.type,
+            run_at=self.run_at,
+            scheduled_for=self.run_at,
+            target=self.target,
+            payload=self.body.payload,
+            max_attempts=self.body.maxAttempts,
+            timeout_seconds=self.body.timeoutSeconds,
+            idempotency_key=self.key,
+            fingerprint=self.fingerprint,
+            far=self.far,
+        )
+
+    @property
+    def slot(self) -> int | None:
+        """Keyed jobs live where their key does, so a repeat finds the first."""
+        return shardmap.key_slot(self.owner, self.key) if self.key is not None else None
+
+
+def _prepare(
+    ctx: ApiContext, owner: str, body: CreateJobIn, key: str | None, now: datetime, digest: str | None
+) -> _Prepared:
+    """The checks a body's schema cannot make: target policy, payload size."""
+    target = body.target.model_dump(exclude_none=True)
+    ctx.check_target(target)
+    ctx.check_payload(body.payload)
+    run_at = utc(body.run_at())
+    far = run_at > now + timedelta(seconds=ctx.settings.far_horizon_seconds)
+    return _Prepared(owner, body, run_at, target, key, digest, far)
+
+
+@router.post(
+    "/api/v1/jobs",
+    status_code=201,
+    response_model=CreateJobOut,
+    responses={200: {"model": CreateJobOut, "description": "An idempotent repeat."}},
+)
+async def create_job(
+    body: CreateJobIn,
+    ctx: Ctx,
+    owner: Owner,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
+) -> Response:
+    """Schedule a one-shot job. A repeat with the same ``Idempotency-Key``
+    returns the first job (200) and creates nothing."""
+    if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
+        raise InvalidRequest("Idempotency-Key must be 1 to 200 characters")
+    digest = fingerprint(body) if idempotency_key is not None else None
+    job = _prepare(ctx, owner, body, idempotency_key, ctx.clock.now(), digest)
+    if job.key is not None:
+        params = job.params(job.slot)
+        result = await ctx.store.create_job(ctx.shards.shard_of(params.id), params)
+    else:
+        result = await _create_anywhere(ctx, job.params)
+    return _json(
+        {"jobId": job_id_text(result.job.id), "status": result.job.status.value},
+        201 if result.created else 200,
+    )
+
+
+async def _create_anywhere(
+    ctx: ApiContext, params_for: Callable[[int | None], CreateJobParams]
+) -> CreateResult:
+    """A job without a key may live on any shard: when its random shard is
+    down, try another, so one shard's outage does not refuse new work."""
+    tried: set[int] = set()
+    last: ShardUnavailable | None = None
+    while len(tried) < ctx.shards.shard_count:
+        params = params_for(None)
+        shard = ctx.shards.shard_of(params.id)
+        if shard in tried:
+            continue
+        tried.add(shard)
+        try:
+            return await ctx.store.create_job(shard, params)
+        except ShardUnavailable as exc:
+            last = exc
+    assert last is not None
+    raise last
+
+
+@router.post(
+    "/api/v1/jobs:batch",
+    response_model=BatchCreateJobsOut,
+    responses={
+        200: {
+            "description": "One result per job, in request order; each job succeeds or "
+            "fails on its own (201 created, 200 repeat, 409, 413, 422, 503…)."
+        }
+    },
+)
+async def create_jobs_batch(body: BatchCreateJobsIn, ctx: Ctx, owner: Owner) -> Response:
+    """Schedule up to 1,000 jobs, each with its own optional ``idempotencyKey``
+    and its own result, written with one statement per shard.
+
+    Never all-or-nothing: a bad job gets its own problem and the others are
+    created. A job without a key goes to a random shard and is not retried on
+    another one when that shard is unavailable (503): its write may have
+    committed. Sending the whole batch again with keys is safe."""
+    now = ctx.clock.now()
+    results: list[dict[str, Any] | None] = [None] * len(body.jobs)
+    by_shard: dict[int, list[tuple[int, CreateJobParams]]] = {}
+    for index, raw in enumerate(body.jobs):
+        try:
+            item = BatchJobIn.model_validate(raw)
+            key = item.idempotencyKey
+            digest = fingerprint(item, exclude=_BATCH_KEY_FIELD) if key is not None else None
+            job = _prepare(ctx, owner, item, key, now, digest)
+        except ValidationError as exc:
+            results[index] = _failed(index, validation_problem(list(exc.errors())))
+            continue
+        except VakitError as exc:
+            results[index] = _failed(index, problem_for(exc, where="/api/v1/jobs:batch")[0])
+            continue
+        params = job.params(job.slot)
+        by_shard.setdefault(ctx.shards.shard_of(params.id), []).append((index, params))
+
+    async def write(shard: int, jobs: list[tuple[int, CreateJobParams]]) -> None:
+        try:
+            outcomes = await ctx.store.create_jobs(shard, CreateJobsParams(tuple(p for _, p in jobs)))
+        except Exception as exc:  # the whole shard failed: each of its jobs says so
+            problem = problem_for(exc, where="/api/v1/jobs:batch")[0]
+            for index, _ in jobs:
+                results[index] = _failed(index, problem)
+            return
+        for (index, _), outcome in zip(jobs, outcomes, strict=True):
+            if isinstance(outcome, CreateResult):
+                results[index] = {
+                    "index": index,
+                    "status": 201 if outcome.created else 200,
+                    "jobId": job_id_text(outcome.job.id),
+                    "jobStatus": outcome.job.status.value,
+                }
+            else:
+                results[index] = _failed(index, problem_for(outcome)[0])
+
+    await asyncio.gather(*(write(shard, jobs) for shard, jobs in by_shard.items()))
+    return _json({"results": results}, 200)
+
+
+def _failed(index: int, problem: dict[str, Any]) -> dict[str, Any]:
+    return {"index": index, "status": problem["status"], "problem": problem}
+
+
+@router.get("/api/v1/jobs/{job_id}", response_model=JobOut)
+async def get_job(job_id: str, ctx: Ctx, owner: Owner) -> JobOut:
+    """A job wherever it lives (pending, running or finished), with its attempts."""
+    jid = parse_job_id(job_id)
+    shard = ctx.shards.shard_of(jid)
+    job = await ctx.store.get_job(shard, GetJobParams(jid, owner))
+    if job is None:
+        raise NotFound("no such job", job_id=job_id)
+    return job_out(job, shard)
+
+
+@router.patch("/api/v1/jobs/{job_id}", response_model=JobOut)
+async def patch_job(job_id: str, body: PatchJobIn, ctx: Ctx, owner: Owner) -> JobOut:
+    """Move ``runAt``; only while the job is SCHEDULED, else 409."""
+    jid = parse_job_id(job_id)
+    shard = ctx.shards.shard_of(jid)
+    run_at = utc(parse_rfc3339(body.runAt, "runAt"))
+    job = await ctx.store.reschedule_job(shard, RescheduleParams(jid, owner, run_at))
+    return job_out(job, shard)
+
+
+@router.delete("/api/v1/jobs/{job_id}", response_model=JobOut)
+async def delete_job(job_id: str, ctx: Ctx, owner: Owner) -> JobOut:
+    """Cancel a job that has not started; 409 once it has."""
+    jid = parse_job_id(job_id)
+    shard = ctx.shards.shard_of(jid)
+    job = await ctx.store.cancel_job(shard, CancelParams(jid, owner))
+    return job_out(job, shard)

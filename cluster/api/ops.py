@@ -1,0 +1,63 @@
+"""Operations endpoints: ``/healthz``, ``/readyz``, ``/api/v1/cluster``, ``/metrics``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from cluster.api.context import Ctx, Owner
+from cluster.coordination.report import cluster_status
+from cluster.errors import VakitError
+from cluster.model import WorkersSeenParams
+from cluster.store.base import Store
+
+__all__ = ["router", "shard_readiness"]
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(ctx: Ctx) -> JSONResponse:
+    """200 once every shard is reachable and migrated and has a polling worker."""
+    report = await shard_readiness(ctx.store, ctx.latest_schema_version)
+    ready = all(s["ready"] for s in report)
+    return JSONResponse({"ready": ready, "shards": report}, status_code=200 if ready else 503)
+
+
+@router.get("/api/v1/cluster")
+async def cluster_view(ctx: Ctx, owner: Owner) -> dict[str, Any]:
+    """Members, shard owners and leaders, backlog and oldest due age per shard."""
+    # The view connects in the background (app.py); until it has, the
+    # report says coordination is unavailable.
+    return await cluster_status(ctx.store, ctx.view, coordinated=ctx.view_factory is not None)
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics_endpoint() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def shard_readiness(store: Store, latest: int) -> list[dict[str, Any]]:
+    report = []
+    for shard in range(store.shard_count):
+        entry: dict[str, Any] = {"shard": shard}
+        try:
+            version = await store.schema_version(shard)
+            workers = await store.workers_seen(shard, WorkersSeenParams())
+            entry.update(
+                migrated=version >= latest, schemaVersion=version, workers=len(workers), reachable=True
+            )
+        except VakitError as exc:
+            entry.update(reachable=False, migrated=False, workers=0, error=exc.message)
+        entry["ready"] = bool(entry["reachable"] and entry["migrated"] and entry["workers"] > 0)
+        report.append(entry)
+    return report
