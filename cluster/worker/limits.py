@@ -7,13 +7,16 @@ never dropped. The number waiting is a metric.
 
 Limits are set by the operator as ``host=concurrency[/rate]`` (rate in firings
 per second), e.g. ``VAKIT_TARGET_LIMITS="billing.internal=50/200,kafka:orders=100"``.
+
+The rate's clock is injected (a monotonic clock, seconds as a float): tests
+move a fake one instead of sleeping through a rate.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -77,13 +80,19 @@ def target_key(target: dict[str, object]) -> str:
 
 
 class TargetLimiter:
-    def __init__(self, limits: dict[str, Limit]) -> None:
+    """Concurrency caps and rates per target key; ``monotonic`` is the rate's
+    clock (``time.monotonic`` unless a test injects its own)."""
+
+    def __init__(
+        self, limits: dict[str, Limit], monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self._limits = limits
+        self._monotonic = monotonic
         self.limits = bool(limits)  # False: the worker skips the limiter entirely
         # Limits are set at start-up: each key's semaphore, bucket and gauge
         # child are made once, not per firing.
         self._sems = {k: asyncio.Semaphore(v.concurrency) for k, v in limits.items() if v.concurrency}
-        now = time.monotonic()
+        now = monotonic()
         self._buckets = {
             k: TokenBucket(v.rate, burst=max(1.0, v.rate), stamp=now) for k, v in limits.items() if v.rate
         }
@@ -104,7 +113,7 @@ class TargetLimiter:
                 acquired = True
             bucket = self._buckets.get(key)
             if bucket is not None:
-                wait = bucket.take(time.monotonic())
+                wait = bucket.take(self._monotonic())
                 if wait > 0:
                     await asyncio.sleep(wait)
         except BaseException:

@@ -89,3 +89,34 @@ async def test_cancelled_waiter_releases_nothing_it_did_not_take() -> None:
                 async with asyncio.timeout(0.1):
                     async with limiter.slot("h"):
                         pass
+
+
+async def test_the_rate_reads_the_injected_clock() -> None:
+    # A fake monotonic clock: the bucket refills when it moves, not when
+    # wall time passes.
+    now = 100.0
+    limiter = TargetLimiter({"kafka:clocked": Limit(concurrency=None, rate=2.0)}, monotonic=lambda: now)
+    entered: list[int] = []
+
+    async def job(i: int) -> None:
+        async with limiter.slot("kafka:clocked"):
+            entered.append(i)
+
+    await job(1)
+    await job(2)  # the burst: two tokens
+    third = asyncio.create_task(job(3))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    # No token left and the clock has not moved: the third waits, visibly.
+    assert entered == [1, 2] and not third.done()
+    assert waiting("kafka:clocked") == 1
+    third.cancel()
+    await asyncio.gather(third, return_exceptions=True)
+    # 1.5 s later by the injected clock the bucket holds two tokens again
+    # (the cancelled waiter had reserved one): both go at once.
+    now += 1.5
+    fourth, fifth = asyncio.create_task(job(4)), asyncio.create_task(job(5))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert fourth.done() and fifth.done()
+    assert entered == [1, 2, 4, 5] and waiting("kafka:clocked") == 0
