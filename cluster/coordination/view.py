@@ -17,6 +17,7 @@ from cluster.coordination.assignment import assign_shards
 from cluster.coordination.base import Member, ShardStatus
 from cluster.coordination.znodes import (
     CONTENDER_RE,
+    close_client,
     ensure_chroot,
     leader_path,
     member_from_json,
@@ -64,10 +65,7 @@ class ZkClusterView:
             ) from exc
 
     def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            self._client.stop()
-        with contextlib.suppress(Exception):
-            self._client.close()
+        close_client(self._client)
 
     @property
     def connected(self) -> bool:

@@ -1,5 +1,5 @@
-"""Vakit's ZooKeeper layout: node paths and member records, shared by the
-coordinator and the read-only cluster view.
+"""Vakit's ZooKeeper layout: node paths, member records and the member node's
+writes, shared by the coordinator and the read-only cluster view.
 
 Layout under ``root`` (itself inside the connect string's chroot, if any)::
 
@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import time
 from datetime import datetime
+from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.interfaces import IAsyncResult
+from kazoo.retry import ForceRetryError, KazooRetry
 
 from cluster.clock import utc
 from cluster.coordination.base import Member
@@ -23,13 +28,19 @@ from cluster.coordination.base import Member
 __all__ = [
     "CONTENDER_RE",
     "LOCK_MARK",
+    "close_client",
     "ensure_chroot",
     "leader_path",
     "member_from_json",
     "member_to_json",
     "normalize_root",
+    "register_member",
     "sequence",
+    "unregister_member",
+    "wait_by",
 ]
+
+log = logging.getLogger(__name__)
 
 LOCK_MARK = "__lock__"
 CONTENDER_RE = re.compile(r"__lock__(-?\d{10})$")
@@ -82,10 +93,17 @@ def ensure_chroot(connect: str, timeout: float = 10.0) -> None:
             timeout=max(0.1, deadline - time.monotonic())
         )
     finally:
-        with contextlib.suppress(Exception):
-            client.stop()
-        with contextlib.suppress(Exception):
-            client.close()
+        close_client(client)
+
+
+def close_client(client: KazooClient) -> None:
+    """End the client's session and free its threads. Never raises: shutdown paths call it."""
+    try:
+        client.stop()
+    except Exception as exc:
+        log.info("error while closing a ZooKeeper session: %r", exc)
+    with contextlib.suppress(Exception):
+        client.close()
 
 
 def sequence(node: str) -> int:
@@ -95,3 +113,54 @@ def sequence(node: str) -> int:
 
 def leader_path(root: str, shard: int) -> str:
     return f"{root}/shards/{shard}/leader"
+
+
+def wait_by(result: IAsyncResult, deadline: float) -> Any:
+    """The value of a kazoo async call, waiting no later than ``deadline`` (monotonic).
+
+    Any: kazoo is untyped, and the value's type depends on the call.
+    """
+    return result.get(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def register_member(
+    client: KazooClient, retry: KazooRetry, path: str, member: Member, session: int
+) -> None:
+    """Make ``path`` our ephemeral member node in ``session``; safe to run under ``retry``.
+
+    A node there held by another session is our previous process (crashed, its
+    session not yet expired) or a duplicate id. The id is ours, so the node is
+    replaced rather than waited out for a whole session timeout.
+    """
+    data = member_to_json(member)
+
+    def attempt() -> None:
+        try:
+            client.create(path, data, ephemeral=True, makepath=True)
+            return
+        except NodeExistsError:
+            pass
+        try:
+            _, stat = client.get(path)
+        except NoNodeError as exc:
+            raise ForceRetryError() from exc
+        if stat.ephemeralOwner == session:
+            return  # an earlier attempt whose reply was lost
+        log.warning("member node %s held by session 0x%x; replacing it", path, stat.ephemeralOwner)
+        with contextlib.suppress(NoNodeError):
+            client.delete(path, version=stat.version)
+        raise ForceRetryError()
+
+    retry(attempt)
+
+
+def unregister_member(client: KazooClient, path: str, session: int, deadline: float) -> None:
+    """Delete the member node at ``path`` if ``session`` holds it; give up at ``deadline``.
+
+    Async calls with a deadline, not kazoo's blocking ones, which would wait out
+    a dropped connection; a node left behind goes with its session.
+    """
+    with contextlib.suppress(NoNodeError):
+        _, stat = wait_by(client.get_async(path), deadline)
+        if stat.ephemeralOwner == session:
+            wait_by(client.delete_async(path, version=stat.version), deadline)

@@ -9,24 +9,12 @@ Layout under ``root`` (itself inside the connect string's chroot, if any)::
 so every worker computes the same map from the same member list and no lock
 protocol is needed: ownership is only a hint (DESIGN.md, invariant 7).
 
-**Leadership** of shard ``i``: its current owners each keep one ephemeral
-sequential node under ``{root}/shards/{i}/leader``; the lowest sequence leads.
-The nodes have the shape of kazoo's ``Lock`` recipe (``…__lock__<seq>``, the
-member id as data), so ``Lock.contenders()`` and ``zkCli`` read them as a lock.
-We keep them from one reconciling thread instead of a blocking ``Lock.acquire()``
-thread per shard because that recipe's private retry sleeps grow to a minute
-over a long wait (a stalled failover) and a cancelled acquire can leave its node
-behind while the session lives (a shard nobody may lead).
-
-**Fencing leadership in time.** ``is_leader(i)`` is true only while (a) our node
-is the lowest, (b) the session is CONNECTED (SUSPENDED stops leader-only work at
-once, not at LOST) and (c) a ZooKeeper round trip *sent* less than
-``0.35 × session_timeout`` ago has been answered. (c) matters when packets are
-blackholed with sockets left open: kazoo notices a dead connection only after
-about 2/3 of the session timeout, while another member may take over when our
-session expires, one full timeout after the server last heard from us. A reply
-proves the server heard us no earlier than the request's send time, so nobody
-else can lead before ``send + session_timeout``; we stop at ``send + 0.35 ×``.
+**Leadership** of shard ``i``: its current owners each keep a contender node
+under ``{root}/shards/{i}/leader`` and the lowest leads (:mod:`.contenders`).
+``is_leader(i)`` is true only while (a) our node is the lowest, (b) the session
+is CONNECTED (SUSPENDED stops leader-only work at once, not at LOST) and (c) a
+ZooKeeper round trip sent recently enough has been answered (:mod:`.fence`:
+what guards against packets blackholed with sockets left open).
 
 While ZooKeeper is unreachable, :meth:`ZkCoordinator.owned_shards` keeps the
 last known set: workers keep claiming, the database lease is the safety net.
@@ -34,32 +22,28 @@ last known set: workers keep claiming, the database lease is the safety net.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
-from kazoo.retry import ForceRetryError, KazooRetry
+from kazoo.protocol.states import KazooState, WatchedEvent
+from kazoo.retry import KazooRetry
 
 from cluster import metrics
 from cluster.coordination.assignment import assign_shards
 from cluster.coordination.base import Member
+from cluster.coordination.contenders import Contenders
+from cluster.coordination.fence import CONFIRM_MAX_AGE, RoundTripFence
 from cluster.coordination.znodes import (
-    CONTENDER_RE,
-    LOCK_MARK,
+    close_client,
     ensure_chroot,
-    leader_path,
-    member_to_json,
     normalize_root,
-    sequence,
+    register_member,
+    unregister_member,
 )
 from cluster.errors import CoordinationUnavailable
 
@@ -67,17 +51,7 @@ __all__ = ["CONFIRM_MAX_AGE", "ZkCoordinator"]
 
 log = logging.getLogger(__name__)
 
-# Fractions of the session timeout. A healthy connection is confirmed every
-# probe interval, far within the allowed age; a silent one is fenced at the
-# allowed age, with room to spare under the required half (the prober wakes
-# at that moment to tell listeners).
-CONFIRM_MAX_AGE = 0.35
-_PROBE_INTERVAL = 0.1
-
 _STATES = (KazooState.CONNECTED, KazooState.SUSPENDED, KazooState.LOST)
-
-
-# -- the coordinator -------------------------------------------------------------
 
 
 class ZkCoordinator:
@@ -90,8 +64,8 @@ class ZkCoordinator:
     would expire us sooner than the leadership fence assumes.
 
     Threads: kazoo's own, one worker that does every blocking ZooKeeper call
-    (registration, reads, contender nodes), and one prober that confirms round
-    trips. Listener callbacks run on any of them and must not block.
+    (registration, reads, contender nodes), and the fence's prober that
+    confirms round trips. Listener callbacks run on any of them and must not block.
     """
 
     def __init__(
@@ -118,17 +92,8 @@ class ZkCoordinator:
         self._root = normalize_root(root)
         self._members_path = f"{self._root}/members"
         self._member_path = f"{self._members_path}/{member.id}"
-        self._leader_paths = [leader_path(self._root, i) for i in range(shard_count)]
-        self._shard_by_path = {path: i for i, path in enumerate(self._leader_paths)}
         self._start_timeout = start_timeout
-        self._max_age = CONFIRM_MAX_AGE * session_timeout
-        self._probe_interval = _PROBE_INTERVAL * session_timeout
         self._resync_interval = session_timeout
-        # Our contender nodes are named "{nonce}-{session}-__lock__{seq}": the
-        # nonce tells ours from other processes' (even with the same member
-        # id), the session part tells live nodes from ones a retried create
-        # left behind across a session change, which we then delete.
-        self._nonce = uuid.uuid4().hex[:16]
         self._client = KazooClient(
             hosts=connect,
             timeout=session_timeout,
@@ -148,20 +113,31 @@ class ZkCoordinator:
             deadline=session_timeout,
             ignore_expire=False,
         )
+        self._contenders = Contenders(
+            self._client,
+            self._retry,
+            root=self._root,
+            shard_count=shard_count,
+            member_id=member.id,
+            watch=self._on_shard_event,
+        )
+        self._fence = RoundTripFence(
+            self._client,
+            session_timeout=session_timeout,
+            path=self._root,
+            on_tick=self._publish,
+            name=f"zkcoord-prober-{member.id}",
+        )
 
         self._lock = threading.Lock()
         # Everything below is guarded by _lock.
         self._state: str = KazooState.LOST
-        self._session_gen = 0  # bumped at LOST: results read before it are void
         self._members: frozenset[str] | None = None
         self._owned: frozenset[int] = frozenset()
-        self._holding: set[int] = set()  # shards whose lowest contender is ours
-        self._touched: set[int] = set()  # shards where we may still have a node
         self._dirty: set[int] = set()
         self._dirty_all = True
         self._members_dirty = True
         self._forced: dict[int, bool] = {}
-        self._confirmed_at = -math.inf
         self._published_led: frozenset[int] = frozenset()
         self._published_owned: frozenset[int] = frozenset()
         self._listeners: list[Callable[[], None]] = []
@@ -172,15 +148,10 @@ class ZkCoordinator:
         self._registered_session: int | None = None
 
         self._wake = threading.Event()
-        self._probe_kick = threading.Event()
         self._closing = threading.Event()
         self._ready = threading.Event()
-        self._confirmed_once = threading.Event()
         self._worker = threading.Thread(
             target=self._run_worker, name=f"zkcoord-worker-{member.id}", daemon=True
-        )
-        self._prober = threading.Thread(
-            target=self._run_prober, name=f"zkcoord-prober-{member.id}", daemon=True
         )
 
     # -- the Coordinator interface -----------------------------------------
@@ -212,21 +183,18 @@ class ZkCoordinator:
                 member=self.member_id,
             ) from exc
         self._worker.start()
-        self._prober.start()
+        self._fence.start()
         # Both, so that led_shards() is already true to the election on return.
         ready = self._ready.wait(max(0.0, deadline - time.monotonic()))
-        if not ready or not self._confirmed_once.wait(max(0.0, deadline - time.monotonic())):
+        if not ready or not self._fence.wait_confirmed(max(0.0, deadline - time.monotonic())):
             self.stop()
             raise CoordinationUnavailable(
                 f"connected to ZooKeeper but could not register within {self._start_timeout:g} s",
                 connect=self.connect,
                 member=self.member_id,
             )
-        log.info(
-            "coordination started: member=%s owned=%s",
-            self.member_id,
-            sorted(self.owned_shards()),
-        )
+        owned = sorted(self.owned_shards())
+        log.info("coordination started: member=%s owned=%s", self.member_id, owned)
 
     def stop(self) -> None:
         """Withdraw from elections, delete the member node, close the session. Idempotent.
@@ -242,7 +210,7 @@ class ZkCoordinator:
             self._owned = frozenset()
         self._closing.set()
         self._wake.set()
-        self._probe_kick.set()
+        self._fence.close()
         self._publish()  # leadership ends now, before any network call
         if not started:
             return
@@ -256,9 +224,9 @@ class ZkCoordinator:
             except (KazooException, KazooTimeoutError) as exc:
                 # Closing the session below removes our ephemeral nodes anyway.
                 log.info("coordination: withdraw incomplete, closing session instead: %s", exc)
-        self._close_client()
+        close_client(self._client)  # ends the session: our ephemeral nodes go with it
         self._join(self._worker, 5.0)
-        self._join(self._prober, 5.0)
+        self._fence.join(5.0)
         log.info("coordination stopped: member=%s", self.member_id)
 
     @staticmethod
@@ -306,9 +274,9 @@ class ZkCoordinator:
             return forced
         return (
             self._state == KazooState.CONNECTED
-            and shard in self._holding
+            and self._contenders.holds(shard)
             and shard in self._owned
-            and now - self._confirmed_at < self._max_age
+            and self._fence.holds(now)
         )
 
     def _led_locked(self, now: float) -> frozenset[int]:
@@ -348,9 +316,7 @@ class ZkCoordinator:
         with self._lock:
             self._state = state
             if state == KazooState.LOST:
-                # Our ephemeral nodes died with the session.
-                self._holding.clear()
-                self._session_gen += 1
+                self._contenders.session_lost()
             elif state == KazooState.CONNECTED:
                 # kazoo dropped every watch when the connection went.
                 self._dirty_all = True
@@ -358,16 +324,16 @@ class ZkCoordinator:
         self._set_state_metric(state)
         log.info("zookeeper session %s: member=%s", state, self.member_id)
         self._wake.set()
-        self._probe_kick.set()
+        self._fence.kick()
         self._publish()
 
-    def _on_members_event(self, event: Any) -> None:
+    def _on_members_event(self, event: WatchedEvent) -> None:
         with self._lock:
             self._members_dirty = True
         self._wake.set()
 
-    def _on_shard_event(self, event: Any) -> None:
-        shard = self._shard_by_path.get(getattr(event, "path", None) or "")
+    def _on_shard_event(self, event: WatchedEvent) -> None:
+        shard = self._contenders.shard_of(getattr(event, "path", None) or "")
         with self._lock:
             if shard is None:
                 self._dirty_all = True
@@ -421,10 +387,10 @@ class ZkCoordinator:
         if client_id is None:
             return
         session = int(client_id[0])
-        with self._lock:
-            gen = self._session_gen
+        gen = self._contenders.generation()
         if self._registered_session != session:
-            self._register(session)
+            register_member(self._client, self._retry, self._member_path, self.member, session)
+            log.info("registered member %s in session 0x%x", self.member_id, session)
             self._registered_session = session
             with self._lock:
                 self._dirty_all = True
@@ -440,7 +406,7 @@ class ZkCoordinator:
             self._apply_membership(children)
 
         with self._lock:
-            candidates = self._owned | self._touched
+            candidates = self._owned | self._contenders.touched()
             if self._dirty_all:
                 todo = set(candidates)
             else:
@@ -448,40 +414,9 @@ class ZkCoordinator:
             self._dirty_all = False
             self._dirty = set()
             wanted = frozenset() if self._closing.is_set() else self._owned
-        tag = f"{self._nonce}-{session:x}-"
         for shard in sorted(todo):
-            self._contend(shard, shard in wanted, tag, gen)
+            self._contenders.reconcile(shard, shard in wanted, session, gen)
         self._ready.set()
-
-    def _register(self, session: int) -> None:
-        data = member_to_json(self.member)
-
-        def attempt() -> None:
-            try:
-                self._client.create(self._member_path, data, ephemeral=True, makepath=True)
-                return
-            except NodeExistsError:
-                pass
-            try:
-                _, stat = self._client.get(self._member_path)
-            except NoNodeError as exc:
-                raise ForceRetryError() from exc
-            if stat.ephemeralOwner == session:
-                return  # an earlier attempt whose reply was lost
-            # The node carries our id but another session: our previous
-            # process (crashed, session not yet expired) or a duplicate id.
-            # The id is ours, so take it over rather than wait out its timeout.
-            log.warning(
-                "member node %s held by session 0x%x; replacing it",
-                self._member_path,
-                stat.ephemeralOwner,
-            )
-            with contextlib.suppress(NoNodeError):
-                self._client.delete(self._member_path, version=stat.version)
-            raise ForceRetryError()
-
-        self._retry(attempt)
-        log.info("registered member %s in session 0x%x", self.member_id, session)
 
     def _apply_membership(self, children: Iterable[str]) -> None:
         ids = set(children)
@@ -503,157 +438,11 @@ class ZkCoordinator:
                 self._dirty |= owned ^ self._owned
                 self._owned = owned
 
-    def _contend(self, shard: int, want: bool, tag: str, gen: int) -> None:
-        """Make our contender node for ``shard`` exist iff ``want``; see whether it leads."""
-        path = self._leader_paths[shard]
-        try:
-            children = self._retry(self._client.get_children, path, watch=self._on_shard_event)
-        except NoNodeError:
-            if not want:
-                with self._lock:
-                    self._touched.discard(shard)
-                    self._holding.discard(shard)
-                return
-            self._retry(self._client.ensure_path, path)
-            children = self._retry(self._client.get_children, path, watch=self._on_shard_event)
-
-        mine = [c for c in children if c.startswith(self._nonce)]
-        current = sorted((c for c in mine if c.startswith(tag)), key=sequence)
-        doomed = [c for c in mine if not c.startswith(tag)]
-        doomed += current[1:] if want else current
-        with self._lock:
-            if shard in self._holding and (not want or not current):
-                self._holding.discard(shard)
-        for node in doomed:
-            with contextlib.suppress(NoNodeError):
-                self._retry(self._client.delete, f"{path}/{node}")
-        if want and not current:
-            with self._lock:
-                self._touched.add(shard)
-            self._create_contender(path, tag)
-            children = self._retry(self._client.get_children, path, watch=self._on_shard_event)
-
-        gone = set(doomed)
-        contenders = sorted(
-            (c for c in children if CONTENDER_RE.search(c) and c not in gone), key=sequence
-        )
-        holds = want and bool(contenders) and contenders[0].startswith(tag)
-        with self._lock:
-            if want:
-                self._touched.add(shard)
-            else:
-                self._touched.discard(shard)
-            if holds and gen == self._session_gen:
-                self._holding.add(shard)
-            else:
-                self._holding.discard(shard)
-
-    def _create_contender(self, path: str, tag: str) -> None:
-        data = self.member_id.encode()
-        tried = False
-
-        def attempt() -> None:
-            nonlocal tried
-            if tried:
-                # The reply to a create can be lost after the node was made;
-                # look for it before making a second one (kazoo Lock's trick).
-                if any(c.startswith(tag) for c in self._client.get_children(path)):
-                    return
-            tried = True
-            self._client.create(
-                f"{path}/{tag}{LOCK_MARK}", data, ephemeral=True, sequence=True, makepath=True
-            )
-
-        self._retry(attempt)
-
     def _withdraw(self) -> None:
-        """Delete our contender nodes, then our member node; best effort, bounded.
-
-        Async calls with a deadline, never kazoo's blocking ones: if the
-        connection drops meanwhile, a blocking call would wait for a reconnect
-        that may never come, and stop() must return. Whatever is left goes
-        with the session, which _close_client() ends.
-        """
+        """Delete our contender nodes, then our member node; best effort, bounded
+        so that stop() returns even if the connection drops meanwhile."""
         deadline = time.monotonic() + min(2.0, self.session_timeout / 2)
-        client = self._client
-
-        def wait(result: Any) -> Any:
-            return result.get(timeout=max(0.0, deadline - time.monotonic()))
-
-        with self._lock:
-            shards = sorted(self._touched)
-            self._holding.clear()
-        listings = [(self._leader_paths[s], client.get_children_async(self._leader_paths[s])) for s in shards]
-        deletions = []
-        for path, listing in listings:
-            try:
-                children = wait(listing)
-            except NoNodeError:
-                continue
-            deletions += [
-                client.delete_async(f"{path}/{node}") for node in children if node.startswith(self._nonce)
-            ]
-        for deletion in deletions:
-            with contextlib.suppress(NoNodeError):
-                wait(deletion)
-        client_id = client.client_id
-        with contextlib.suppress(NoNodeError):
-            _, stat = wait(client.get_async(self._member_path))
-            if client_id is not None and stat.ephemeralOwner == client_id[0]:
-                wait(client.delete_async(self._member_path, version=stat.version))
-
-    def _close_client(self) -> None:
-        try:
-            self._client.stop()
-        except Exception as exc:
-            log.info("coordination: error while closing the ZooKeeper session: %r", exc)
-        with contextlib.suppress(Exception):
-            self._client.close()
-
-    # -- prober thread -------------------------------------------------------
-
-    def _run_prober(self) -> None:
-        # A dead prober would fence every leadership for good: never let it die.
-        while not self._closing.is_set():
-            try:
-                self._probe_loop()
-            except Exception:
-                log.exception("coordination prober failed; restarting it")
-                self._closing.wait(self._probe_interval)
-
-    def _probe_loop(self) -> None:
-        """Confirm a round trip every probe interval; publish staleness promptly."""
-        pending: tuple[float, Any] | None = None
-        next_probe = 0.0
-        while not self._closing.is_set():
-            now = time.monotonic()
-            if pending is not None and pending[1].ready():
-                sent, result = pending
-                pending = None
-                if result.successful():
-                    with self._lock:
-                        self._confirmed_at = max(self._confirmed_at, sent)
-                    self._confirmed_once.set()
-            if pending is None and now >= next_probe and self._client.state == KazooState.CONNECTED:
-                # sync goes through the quorum leader, so a follower cut off
-                # from its quorum cannot confirm us.
-                try:
-                    pending = (now, self._client.sync_async(self._root or "/"))
-                except KazooException:
-                    pending = None
-                next_probe = now + self._probe_interval
-            self._publish()
-
-            with self._lock:
-                stale_in = self._confirmed_at + self._max_age - now
-            wait = self._probe_interval
-            if pending is None:
-                wait = max(0.0, next_probe - now) if self._client.state == KazooState.CONNECTED else wait
-            if stale_in > 0:
-                # Wake right after leadership would go stale, so listeners hear at once.
-                wait = min(wait, stale_in + 0.001)
-            if pending is not None:
-                pending[1].wait(wait)
-            else:
-                self._probe_kick.wait(wait)
-                self._probe_kick.clear()
+        client_id = self._client.client_id
+        self._contenders.withdraw(deadline)
+        if client_id is not None:
+            unregister_member(self._client, self._member_path, client_id[0], deadline)
