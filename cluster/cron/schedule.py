@@ -23,28 +23,38 @@ schedule is *wildcard* when its minute or hour field starts with ``*``, otherwis
   first occurrence; a wildcard schedule fires at each real occurrence.
 
 croniter is not used for firing: it fires fixed-time schedules twice in an
-overlap. Fields are parsed here too, so that hostile input is refused by a small,
-linear grammar with messages a person can act on.
+overlap. What users may write, and why an expression is refused, is the
+grammar's business (:mod:`cluster.cron.expression`); this module resolves
+parsed fields to instants, checks time zone names and derives stable jitter.
 """
 
 from __future__ import annotations
 
 import bisect
 import calendar
-import hashlib
 import heapq
 import itertools
 import re
 import zoneinfo
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from typing import ClassVar, Literal
 
 from cluster.clock import utc
-from cluster.errors import InvalidRequest
+from cluster.cron.expression import (
+    MAX_EXPRESSION_LENGTH,
+    MAX_INTERVAL,
+    MIN_INTERVAL,
+    CronFields,
+    InvalidSchedule,
+    is_wildcard,
+    parse_expression,
+    slot_seconds,
+    stable_digest,
+)
 
 __all__ = [
     "MAX_EXPRESSION_LENGTH",
@@ -64,15 +74,6 @@ __all__ = [
 
 ScheduleKind = Literal["CRON", "FIXED_RATE", "FIXED_DELAY"]
 
-MAX_EXPRESSION_LENGTH = 200
-# No interval schedule may be shorter than this, whatever min_interval says: the
-# materializer works at minute resolution.
-MIN_INTERVAL = timedelta(minutes=1)
-MAX_INTERVAL = timedelta(days=365)
-# A field never has more distinct values than this (minutes); longer lists are
-# either repetitive or hostile.
-MAX_LIST_ITEMS = 60
-
 _DEFAULT_ANCHOR = datetime(1970, 1, 1, tzinfo=UTC)
 _MINUTE = timedelta(minutes=1)
 _DAY = timedelta(days=1)
@@ -81,30 +82,6 @@ _DAY = timedelta(days=1)
 _SEARCH_YEARS = 400
 # Stop before datetime.max so that adding a UTC offset can never overflow.
 _LAST_DAY = date(9999, 12, 29)
-
-_MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-
-_MONTH_NAMES = {name.upper(): i for i, name in enumerate(calendar.month_abbr) if name}
-_DOW_NAMES = {"SUN": 0, "MON": 1, "TUE": 2, "WED": 3, "THU": 4, "FRI": 5, "SAT": 6}
-_MONTH_TITLES = {i: calendar.month_name[i] for i in range(1, 13)}
-# Longest each month can be: February has 29 days in leap years.
-_MAX_MONTH_DAYS = {m: calendar.monthrange(2000, m)[1] for m in range(1, 13)}
-
-
-class InvalidSchedule(InvalidRequest, ValueError):
-    """An expression, interval or time zone that cannot be scheduled.
-
-    The message says what is wrong and, where it can, what to write instead. It is
-    an :class:`InvalidRequest` (the API answers 422) and a ``ValueError``.
-    """
 
 
 @dataclass(frozen=True)
@@ -233,21 +210,6 @@ class FixedDelaySchedule(Schedule):
 
 
 @dataclass(frozen=True)
-class _CronFields:
-    minutes: frozenset[int]
-    hours: frozenset[int]
-    days: frozenset[int]
-    last_day: bool
-    months: frozenset[int]
-    weekdays: frozenset[int]  # 0 = Sunday
-    # Vixie cron: a day field whose text starts with "*" is "unrestricted"; when
-    # either day field is, a day must match both, otherwise either one suffices.
-    dom_star: bool
-    dow_star: bool
-    wildcard: bool
-
-
-@dataclass(frozen=True)
 class _Candidate:
     """One instant a slot maps to, before equal instants are merged."""
 
@@ -262,12 +224,12 @@ class CronSchedule(Schedule):
     kind: ClassVar[ScheduleKind] = "CRON"
 
     def __init__(
-        self, expression: str, time_zone: str, zone: zoneinfo.ZoneInfo, fields: _CronFields
+        self, expression: str, time_zone: str, zone: zoneinfo.ZoneInfo, fields: CronFields
     ) -> None:
         super().__init__(expression, time_zone, zone)
         self._fields = fields
         self._months = sorted(fields.months)
-        self._slot_seconds = _slot_seconds(fields)
+        self._slot_seconds = slot_seconds(fields)
 
     @property
     def wildcard(self) -> bool:
@@ -464,56 +426,8 @@ def _gap_note(walls: list[str], local: datetime) -> str:
     return f"DST gap: {missing} not exist; fired{once} at {local:%H:%M} {_zone_name(local)}"
 
 
-def _slot_seconds(fields: _CronFields) -> list[int]:
-    return sorted(h * 3600 + m * 60 for h in fields.hours for m in fields.minutes)
+# --- from text to schedule ---------------------------------------------------
 
-
-# --- parsing -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _FieldSpec:
-    name: str
-    low: int
-    high: int
-    star_high: int  # "*" stops here: day-of-week 7 is Sunday again
-    hash_low: int
-    hash_high: int
-    names: dict[str, int]
-    names_hint: str = ""
-
-
-_FIELDS = (
-    _FieldSpec("minute", 0, 59, 59, 0, 59, {}),
-    _FieldSpec("hour", 0, 23, 23, 0, 23, {}),
-    # H picks a day from 1-28, as Jenkins does, so that it fires every month.
-    _FieldSpec("day-of-month", 1, 31, 31, 1, 28, {}),
-    _FieldSpec("month", 1, 12, 12, 1, 12, _MONTH_NAMES, "1-12 or JAN-DEC"),
-    _FieldSpec("day-of-week", 0, 7, 6, 0, 6, _DOW_NAMES, "0-7 or SUN-SAT"),
-)
-
-# One item of a comma list. No nested quantifiers, so matching is linear even for
-# hostile input (which is also capped at MAX_EXPRESSION_LENGTH characters).
-_ITEM = re.compile(
-    r"""
-    (?:
-        (?P<star>\*)
-      | (?P<hash>H)(?:\((?P<hlow>[0-9]+|[A-Z]+)-(?P<hhigh>[0-9]+|[A-Z]+)\))?
-      | (?P<last>L)
-      | (?P<low>[0-9]+|[A-Z]+)(?:-(?P<high>[0-9]+|[A-Z]+))?
-    )
-    (?:/(?P<step>[0-9]+))?
-    """,
-    re.VERBOSE,
-)
-_CRON_CHARS = re.compile(r"[A-Za-z0-9*/,()\- \t]+")
-_INTERVAL = re.compile(
-    r"every\s+(?P<amount>\S+)(?:\s+(?P<mode>fixed-delay|fixed-rate))?", re.IGNORECASE
-)
-_DURATION = re.compile(
-    r"(?:(?P<d>[0-9]{1,4})d)?(?:(?P<h>[0-9]{1,6})h)?(?:(?P<m>[0-9]{1,8})m)?(?:(?P<s>[0-9]{1,10})s)?",
-    re.IGNORECASE,
-)
 _ZONE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(?:/[A-Za-z0-9_+\-]+)*")
 # Present in some zone directories but not places: the host's own zone, a
 # placeholder, and the file that supplies default DST rules.
@@ -534,43 +448,16 @@ def parse_schedule(
     ``min_interval`` refuses schedules that may fire more often than that.
     ``anchor`` (aware) is where a fixed-rate grid starts; default 1970-01-01 UTC.
     """
-    if not isinstance(expression, str):
-        raise InvalidSchedule(f"a schedule must be a string, got {type(expression).__name__}")
-    # Checked before any other work so that huge input costs nothing.
-    if len(expression) > MAX_EXPRESSION_LENGTH:
-        raise InvalidSchedule(
-            f"schedule is {len(expression)} characters long; the limit is {MAX_EXPRESSION_LENGTH}"
-        )
-    text = expression.strip()
-    if not text:
-        raise InvalidSchedule("schedule is empty: write e.g. '0 3 * * *' or 'every 15m'")
-    if min_interval < timedelta(0):
-        raise ValueError(f"min_interval must not be negative, got {min_interval}")
-    if text[:5].lower() == "every":
-        period, fixed_delay = _parse_interval(text, min_interval)
-        zone = _load_zone(time_zone)
-        if fixed_delay:
-            return FixedDelaySchedule(text, time_zone, zone, period)
-        start = _DEFAULT_ANCHOR if anchor is None else utc(anchor)
-        return FixedRateSchedule(text, time_zone, zone, period, start)
-    fields = _parse_cron(text, seed)
-    _check_fires(fields, text)
-    _check_frequency(fields, text, min_interval)
-    return CronSchedule(text, time_zone, _load_zone(time_zone), fields)
-
-
-def is_wildcard(expression: str) -> bool:
-    """Whether DST treats ``expression`` as wildcard (see the module doc).
-
-    A cron expression is wildcard when its minute or hour field starts with ``*``
-    (macros are expanded first: ``@hourly`` is, ``@daily`` is not). Interval
-    schedules count real elapsed time, which DST never moves or repeats, as a
-    wildcard schedule does: they answer True. Raises :class:`InvalidSchedule` for
-    an expression that does not parse.
-    """
-    # A full parse (zone-independent), so that garbage is refused, not classified.
-    schedule = parse_schedule(expression, "UTC", min_interval=timedelta(0))
-    return not isinstance(schedule, CronSchedule) or schedule.wildcard
+    # The expression first: its errors are the likelier mistake, and say more.
+    parsed = parse_expression(expression, seed=seed, min_interval=min_interval)
+    text, rule = parsed.text, parsed.rule
+    zone = _load_zone(time_zone)
+    if isinstance(rule, CronFields):
+        return CronSchedule(text, time_zone, zone, rule)
+    if rule.fixed_delay:
+        return FixedDelaySchedule(text, time_zone, zone, rule.period)
+    start = _DEFAULT_ANCHOR if anchor is None else utc(anchor)
+    return FixedRateSchedule(text, time_zone, zone, rule.period, start)
 
 
 def stable_jitter(seed: str, jitter_seconds: int) -> int:
@@ -583,223 +470,7 @@ def stable_jitter(seed: str, jitter_seconds: int) -> int:
         raise ValueError(f"jitter_seconds must be >= 0, got {jitter_seconds}")
     if jitter_seconds == 0:
         return 0
-    return _digest(seed) % jitter_seconds
-
-
-def _digest(text: str) -> int:
-    # 64 bits: the modulo bias over field ranges and jitter windows is negligible.
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-
-
-def _parse_interval(text: str, min_interval: timedelta) -> tuple[timedelta, bool]:
-    match = _INTERVAL.fullmatch(text)
-    if match is None:
-        raise InvalidSchedule(
-            f"cannot read {text!r}: write e.g. 'every 15m', 'every 1h30m' "
-            "or 'every 15m fixed-delay'"
-        )
-    amount = match["amount"]
-    duration = _DURATION.fullmatch(amount)
-    if duration is None or not any(duration.groupdict().values()):
-        raise InvalidSchedule(
-            f"cannot read the interval {amount!r} in {text!r}: use whole numbers with "
-            "units d, h, m, s in that order, e.g. '15m', '1h30m', '90s'"
-        )
-    parts = {unit: int(value or 0) for unit, value in duration.groupdict().items()}
-    period = timedelta(days=parts["d"], hours=parts["h"], minutes=parts["m"], seconds=parts["s"])
-    floor = max(MIN_INTERVAL, min_interval)
-    if period < floor:
-        raise InvalidSchedule(
-            f"{text!r} fires every {_describe(period)}; the minimum interval is {_describe(floor)}"
-        )
-    if period > MAX_INTERVAL:
-        raise InvalidSchedule(
-            f"{text!r} fires every {_describe(period)}; the longest interval is "
-            f"{_describe(MAX_INTERVAL)}: use a cron expression such as '0 0 1 1 *'"
-        )
-    fixed_delay = (match["mode"] or "").lower() == "fixed-delay"
-    return period, fixed_delay
-
-
-def _describe(span: timedelta) -> str:
-    seconds = int(span.total_seconds())
-    parts = []
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
-        count, seconds = divmod(seconds, size)
-        if count:
-            parts.append(f"{count} {unit}{'' if count == 1 else 's'}")
-    return " ".join(parts) or "0 seconds"
-
-
-def _parse_cron(text: str, seed: str) -> _CronFields:
-    expression = text
-    if text.startswith("@"):
-        macro = _MACROS.get(text.lower())
-        if macro is None:
-            known = ", ".join(_MACROS)
-            raise InvalidSchedule(f"unknown macro {text!r}: use one of {known}")
-        text = macro
-    for char, hint in (
-        ("?", "'?' is Quartz syntax: write '*'"),
-        ("#", "'#' (n-th weekday of the month) is not supported"),
-    ):
-        if char in text:
-            raise InvalidSchedule(f"{hint} in {expression!r}")
-    if not text.isascii() or not _CRON_CHARS.fullmatch(text):
-        bad = next(c for c in text if not (c.isascii() and _CRON_CHARS.fullmatch(c)))
-        raise InvalidSchedule(f"unexpected character {bad!r} in {expression!r}")
-    parts = text.split()
-    if len(parts) != 5:
-        extra = ""
-        if len(parts) in (6, 7):
-            extra = ": seconds and year fields are not supported"
-        raise InvalidSchedule(
-            f"{expression!r} has {len(parts)} fields; a schedule has 5 "
-            f"(minute hour day-of-month month day-of-week){extra}"
-        )
-    parsed = [_parse_field(part, index, seed, expression) for index, part in enumerate(parts)]
-    return _CronFields(
-        minutes=parsed[0][0],
-        hours=parsed[1][0],
-        days=parsed[2][0],
-        last_day=parsed[2][1],
-        months=parsed[3][0],
-        weekdays=parsed[4][0],
-        dom_star=parts[2].startswith("*"),
-        dow_star=parts[4].startswith("*"),
-        wildcard=parts[0].startswith("*") or parts[1].startswith("*"),
-    )
-
-
-def _parse_field(text: str, index: int, seed: str, expression: str) -> tuple[frozenset[int], bool]:
-    spec = _FIELDS[index]
-    items = text.upper().split(",")
-    if len(items) > MAX_LIST_ITEMS:
-        raise InvalidSchedule(
-            f"the {spec.name} field of {expression!r} lists {len(items)} items; "
-            f"the limit is {MAX_LIST_ITEMS}"
-        )
-    values: set[int] = set()
-    last_day = False
-    for item in items:
-        match = _ITEM.fullmatch(item)
-        if match is None:
-            raise InvalidSchedule(
-                f"cannot read {item!r} in the {spec.name} field of {expression!r}"
-            )
-        step = _step(match["step"], spec, expression)
-        if match["star"]:
-            low, high = spec.low, spec.star_high
-        elif match["hash"]:
-            if match["hlow"]:
-                low = _value(match["hlow"], spec, expression)
-                high = _value(match["hhigh"], spec, expression)
-                _check_order(low, high, spec, expression)
-            else:
-                low, high = spec.hash_low, spec.hash_high
-            # Jenkins' H: a value that looks random but is the same on every node
-            # and every run, so that many "hourly" jobs do not all start at :00.
-            digest = _digest(f"{seed}{index}")
-            if step is None:
-                values.add(low + digest % (high - low + 1))
-                continue
-            low += digest % step
-        elif match["last"]:
-            if index != 2:
-                raise InvalidSchedule(
-                    f"'L' (last day of the month) belongs in the day-of-month field, "
-                    f"not the {spec.name} field of {expression!r}"
-                )
-            if step is not None:
-                raise InvalidSchedule(f"'L' takes no step in {expression!r}")
-            last_day = True
-            continue
-        else:
-            low = _value(match["low"], spec, expression)
-            if match["high"]:
-                high = _value(match["high"], spec, expression)
-                # SUN is 0, but FRI-SUN plainly means Friday to Sunday.
-                if index == 4 and high == 0 and low > 0:
-                    high = 7
-                _check_order(low, high, spec, expression)
-            else:
-                # "5/15" (Quartz style) runs from 5 to the end of the field.
-                high = spec.star_high if step is not None else low
-        values.update(range(low, high + 1, step or 1))
-    if index == 4 and 7 in values:
-        values.discard(7)
-        values.add(0)
-    return frozenset(values), last_day
-
-
-def _step(text: str | None, spec: _FieldSpec, expression: str) -> int | None:
-    if text is None:
-        return None
-    width = spec.high - spec.low + 1
-    if len(text) > 3 or not 1 <= int(text) <= width:
-        raise InvalidSchedule(
-            f"step /{text} in the {spec.name} field of {expression!r} must be between 1 and {width}"
-        )
-    return int(text)
-
-
-def _value(token: str, spec: _FieldSpec, expression: str) -> int:
-    if token.isdigit():
-        if len(token) <= 3 and spec.low <= int(token) <= spec.high:
-            return int(token)
-        raise InvalidSchedule(
-            f"{token} is out of range for the {spec.name} field of {expression!r} "
-            f"({spec.low}-{spec.high})"
-        )
-    if token in spec.names:
-        return spec.names[token]
-    if not spec.names:
-        raise InvalidSchedule(
-            f"cannot read {token!r} in the {spec.name} field of {expression!r}: "
-            "names are allowed only for months (JAN-DEC) and weekdays (SUN-SAT)"
-        )
-    raise InvalidSchedule(
-        f"unknown name {token!r} in the {spec.name} field of {expression!r} (use {spec.names_hint})"
-    )
-
-
-def _check_order(low: int, high: int, spec: _FieldSpec, expression: str) -> None:
-    if low > high:
-        raise InvalidSchedule(
-            f"range {low}-{high} in the {spec.name} field of {expression!r} runs "
-            f"backwards: write {low}-{spec.high},{spec.low}-{high}"
-        )
-
-
-def _check_fires(fields: _CronFields, expression: str) -> None:
-    """Refuse an expression whose days never exist (``0 0 30 2 *``)."""
-    # When both day fields are restricted either one suffices, and every weekday
-    # occurs in every month. Otherwise the day of month must exist in some listed
-    # month; the weekday then comes round within 28 years (Feb 29 included).
-    if not (fields.dom_star or fields.dow_star) or fields.last_day:
-        return
-    if any(min(fields.days) <= _MAX_MONTH_DAYS[m] for m in fields.months):
-        return
-    days = ",".join(str(d) for d in sorted(fields.days))
-    months = [_MONTH_TITLES[m] for m in sorted(fields.months)]
-    in_months = months[0] if len(months) == 1 else f"{', '.join(months[:-1])} or {months[-1]}"
-    raise InvalidSchedule(
-        f"day-of-month {days} never occurs in {in_months}: {expression!r} would never fire"
-    )
-
-
-def _check_frequency(fields: _CronFields, expression: str, min_interval: timedelta) -> None:
-    """Refuse an expression that may fire more often than ``min_interval``."""
-    # Conservative: any two consecutive days are assumed to match, so the gap
-    # from the last slot of a day to the first of the next counts as well.
-    seconds = _slot_seconds(fields)
-    gaps: Iterable[int] = (b - a for a, b in zip(seconds, seconds[1:], strict=False))
-    shortest = min(itertools.chain(gaps, [86400 - seconds[-1] + seconds[0]]))
-    if timedelta(seconds=shortest) < min_interval:
-        raise InvalidSchedule(
-            f"{expression!r} fires every {_describe(timedelta(seconds=shortest))}; "
-            f"the minimum interval is {_describe(min_interval)}"
-        )
+    return stable_digest(seed) % jitter_seconds
 
 
 @lru_cache(maxsize=1)
