@@ -1,17 +1,21 @@
 """The benchmark harness works end to end, on a small scale.
 
-A 3,000-job wave (the harness starts its own shards) and a 5-second sustained
-run through the API (on shards the test suite provides, via ``--dsn``), both
-through the real entry points. Checked: the report has every key, every job
-asked for exists and ended SUCCEEDED according to the database, and the plot
-was drawn. Nothing here asserts a speed: this machine's figures are in
-benchmarks/README.md.
+A wave through each door (COPY, the batch create API, crons that the
+materializer turns into jobs; the harness starts its own shards) and a
+5-second sustained run through the API, single and batched (on shards the
+test suite provides, via ``--dsn``), all through the real entry points.
+Checked: the report has every key, every job asked for exists and ended
+SUCCEEDED exactly once (one job per item, one attempt each, one occurrence
+per cron) according to the database, the report says which door and which
+database settings were used, and the plot was drawn. Nothing here asserts a
+speed: this machine's figures are in benchmarks/README.md.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +86,78 @@ def test_wave_runs_every_job_once_and_reports(tmp_path: Path) -> None:
     assert 0 < rss["max_process"] <= rss["sum"]
     assert report["settings"]["machine"]["cores"] >= 1
     assert (out / "wave.png").stat().st_size > 0
+    # The default door and the durable default, said in the report.
+    assert report["source"] == report["settings"]["source"] == "copy"
+    assert report["settings"]["knobs"] == "defaults"
+    assert report["settings"]["durable"] is True
+    pg = report["settings"]["postgresql"]["settings"]
+    assert (pg["fsync"], pg["synchronous_commit"], pg["full_page_writes"]) == ("on", "on", "on")
+    assert report["create"] is None and report["occurrences"] is None
+
+
+def _assert_ran_once(report: dict[str, Any], jobs: int) -> None:
+    """Every job asked for is in history as SUCCEEDED, none pending, none
+    doubled, each after one attempt."""
+    assert report["jobs"] == jobs
+    assert report["counts"] == {"SUCCEEDED": jobs}
+    assert report["retried_jobs"] == 0
+    assert report["started_within_60s"] is not None
+    late = report["lateness_seconds"]
+    assert late["p50"] is not None and late["p50"] <= late["p99"] <= late["max"]
+    created = report["rows_created"]
+    assert created["first_vs_due_seconds"] <= created["last_vs_due_seconds"]
+
+
+def _assert_created(create: dict[str, Any], door: str, items: int) -> None:
+    assert create["door"] == door
+    # The batch endpoint, not the single-create fallback.
+    assert create["mode"] == "batch", create
+    assert create["requested"] == create["accepted"] == create["created"] == items, create
+    assert create["statuses"] == {"201": items}
+    assert create["requests"] >= -(-items // create["batch"])
+    assert create["items_per_s"] > 0
+    assert create["api_cpu_seconds"] is not None and create["api_cpu_us_per_item"] > 0
+
+
+@pytest.mark.timeout(180)
+def test_wave_through_the_batch_api_runs_every_job_once(tmp_path: Path) -> None:
+    out = tmp_path / "wave-api"
+    argv = ["--source", "api", "--jobs", "2000", "--owners", "3", "--create-batch", "300"]
+    argv += ["--clients", "4", "--ceiling", "none", "--unsafe-fast-db", "--out", str(out)]
+    assert wave.main(argv) == 0
+    report = _report(out)
+    _assert_ran_once(report, 2000)
+    _assert_created(report["create"], "jobs", 2000)
+    settings = report["settings"]
+    assert settings["source"] == "api" and settings["owners"] == 3
+    assert settings["durable"] is False and settings["db"].startswith("unsafe-fast")
+    assert settings["postgresql"]["settings"]["fsync"] == "off"
+    assert report["occurrences"] is None
+    assert (out / "wave.png").stat().st_size > 0
+
+
+@pytest.mark.timeout(240)
+def test_wave_made_by_crons_runs_one_occurrence_per_cron(tmp_path: Path) -> None:
+    # T is the first whole minute at least 10 s ahead, so this waits 10-70 s
+    # for the slot; 1,000 crons of 3 owners across the default time zones.
+    out = tmp_path / "wave-crons"
+    argv = ["--source", "crons", "--jobs", "1000", "--owners", "3", "--lead", "10"]
+    argv += ["--ceiling", "none", "--unsafe-fast-db", "--out", str(out)]
+    assert wave.main(argv) == 0
+    report = _report(out)
+    _assert_ran_once(report, 1000)
+    _assert_created(report["create"], "cron-jobs", 1000)
+    occ = report["occurrences"]
+    # One occurrence per cron for the slot, across every shard.
+    assert occ["expected"] == occ["crons_defined"] == occ["jobs"] == occ["distinct_crons"] == 1000
+    assert sum(s["jobs"] for s in occ["per_shard"]) == 1000
+    for key in ("created_before_slot", "first_created_vs_slot_seconds", "visible"):
+        assert key in occ
+    assert isinstance(occ["all_created_before_slot"], bool)
+    schedules = report["settings"]["cron_schedules"]
+    assert len(schedules) >= 4 and "Asia/Kolkata" in schedules
+    due = datetime.fromisoformat(report["settings"]["due_at"])
+    assert due.second == 0 and due.microsecond == 0
 
 
 @pytest.mark.timeout(120)
@@ -100,4 +176,24 @@ def test_sustained_load_through_the_api_reports(tmp_path: Path, bench_dsns: list
     api = report["api_latency_seconds"]
     assert api["p50"] is not None and api["p50"] <= api["p99"]
     assert report["settings"]["shards_given"] is True
+    assert report["api"]["mode"] == "single" and report["api"]["requests"] == 100
     assert (out / "sustained.png").stat().st_size > 0
+
+
+@pytest.mark.timeout(120)
+def test_sustained_load_through_the_batch_api_reports(
+    tmp_path: Path, bench_dsns: list[str]
+) -> None:
+    out = tmp_path / "sustained-batch"
+    argv = ["--rate", "50", "--duration", "4", "--ahead", "2", "--batch", "10"]
+    argv += ["--workers", "1", "--out", str(out)]
+    for dsn in bench_dsns:
+        argv += ["--dsn", dsn]
+    assert sustained.main(argv) == 0
+    report = _report(out)
+    assert report["api"]["mode"] == "batch" and report["api"]["batch"] == 10
+    assert report["api"]["requests"] == 20
+    assert report["jobs"] == 200, report["api"]["statuses"]
+    assert report["counts"] == {"SUCCEEDED": 200}
+    assert report["retried_jobs"] == 0
+    assert report["settings"]["source"] == "api:batch(10)"
