@@ -12,15 +12,16 @@ import threading
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = ["run_demo"]
 
 
 class _Sink(BaseHTTPRequestHandler):
-    seen: dict[str, int] = {}
+    # Shared by every request handler: http.server makes one instance per request.
+    seen: ClassVar[dict[str, int]] = {}
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:  # the name http.server dispatches POST to
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         first_time = self.seen.setdefault(body["jobId"], 0) == 0
         self.seen[body["jobId"]] += 1

@@ -149,7 +149,7 @@ class LocalCluster:
 
     def _spawn(self, name: str, env: dict[str, str]) -> None:
         role = "api" if name == "api" else "worker"
-        log = open(self.data_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - lives with the child
+        log = open(self.data_dir / "logs" / f"{name}.log", "ab")  # lives as long as the child
         proc = subprocess.Popen(
             [sys.executable, "-m", "cluster.cli", role],
             env=env,
