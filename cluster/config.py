@@ -73,7 +73,12 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"
     claim_batch: int = Field(100, ge=1, le=5000)
     max_inflight: int = Field(
-        5000, ge=1, description="Jobs claimed and not finished (prefetched ones included)."
+        5000,
+        ge=1,
+        description=(
+            "Jobs claimed and not finished, preloaded ones apart (they have "
+            "preload_memory_bytes); when set, it bounds preloaded ones too."
+        ),
     )
     poll_interval: float = Field(0.5, gt=0)
     complete_batch: int = Field(500, ge=1)
@@ -85,7 +90,16 @@ class Settings(BaseSettings):
     prefetch_seconds: float = Field(
         1.0,
         ge=0,
-        description="Claim jobs this far before due and fire each at its run_at (preloading).",
+        description="Claim jobs this far before due and fire each at its run_at.",
+    )
+    preload_memory_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=0,
+        description=(
+            "Memory for jobs preloaded ahead of a wave: a worker that sees more jobs due "
+            "in an upcoming second than its regular claims can start on time claims its "
+            "share early, up to this budget (0: no preloading)."
+        ),
     )
     backoff_base: float = Field(5.0, gt=0)
     backoff_max: float = Field(3600.0, gt=0)

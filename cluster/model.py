@@ -24,6 +24,8 @@ __all__ = [
     "CreateResult",
     "CronRecord",
     "CronRun",
+    "DueAheadParams",
+    "DueSecond",
     "FinishParams",
     "GetJobParams",
     "HeartbeatParams",
@@ -146,11 +148,34 @@ class CancelParams:
 
 @dataclass(frozen=True)
 class ClaimParams:
+    """Claim up to ``limit`` SCHEDULED jobs, earliest ``run_at`` first: those
+    due by now + ``prefetch_seconds``, or, when ``window`` is given, those
+    with ``window[0] <= run_at < window[1]`` (a preloaded wave)."""
+
     worker_id: str
     limit: int
     lease_seconds: float
     grace_seconds: float
     prefetch_seconds: float = 0.0
+    now: datetime | None = None  # None: the database's now()
+    window: tuple[datetime, datetime] | None = None
+
+
+class DueSecond(NamedTuple):
+    """SCHEDULED jobs due in the second starting at ``at`` (a wave forecast)."""
+
+    at: datetime
+    jobs: int
+
+
+@dataclass(frozen=True)
+class DueAheadParams:
+    """How many SCHEDULED jobs fall due in each second after now, up to now +
+    ``horizon_seconds``; only the first ``limit`` jobs by ``run_at`` are
+    counted, so a forecast costs at most that many index entries."""
+
+    horizon_seconds: float
+    limit: int
     now: datetime | None = None  # None: the database's now()
 
 

@@ -19,6 +19,8 @@ from cluster.model import (
     ClaimParams,
     CreateJobParams,
     CreateResult,
+    DueAheadParams,
+    DueSecond,
     FinishParams,
     GetJobParams,
     HeartbeatParams,
@@ -60,6 +62,12 @@ class Store(Protocol):
         ...
 
     async def claim_jobs(self, shard: int, params: ClaimParams) -> list[ClaimedJob]: ...
+
+    async def due_ahead(self, shard: int, params: DueAheadParams) -> list[DueSecond]:
+        """SCHEDULED jobs due in each upcoming second (after now, up to the
+        horizon), counting at most ``params.limit`` jobs, earliest first:
+        the worker's wave forecast. Seconds with no job are left out."""
+        ...
 
     async def heartbeat(self, shard: int, params: HeartbeatParams) -> set[uuid.UUID]:
         """Extend leases; returns the ids still held (the others were lost)."""

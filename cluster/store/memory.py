@@ -12,7 +12,7 @@ import dataclasses
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from cluster.clock import Clock, SystemClock
 from cluster.errors import Conflict, NotFound
@@ -24,6 +24,8 @@ from cluster.model import (
     ClaimParams,
     CreateJobParams,
     CreateResult,
+    DueAheadParams,
+    DueSecond,
     FinishParams,
     GetJobParams,
     HeartbeatParams,
@@ -158,9 +160,13 @@ class MemStore:
         s = self._shards[shard]
         async with self._lock:
             now = self._now(params.now)
-            horizon = now + timedelta(seconds=params.prefetch_seconds)
+            if params.window is None:
+                lo = datetime.min.replace(tzinfo=UTC)
+                hi = now + timedelta(seconds=params.prefetch_seconds, microseconds=1)
+            else:
+                lo, hi = params.window
             due = sorted(
-                (r for r in s.rows.values() if not r.far and r.job.status is JobStatus.SCHEDULED and r.job.run_at <= horizon),
+                (r for r in s.rows.values() if not r.far and r.job.status is JobStatus.SCHEDULED and lo <= r.job.run_at < hi),
                 key=lambda r: r.job.run_at,
             )[: params.limit]
             out = []
@@ -188,6 +194,21 @@ class MemStore:
                     )
                 )
             return out
+
+    async def due_ahead(self, shard: int, params: DueAheadParams) -> list[DueSecond]:
+        s = self._shards[shard]
+        async with self._lock:
+            now = self._now(params.now)
+            horizon = now + timedelta(seconds=params.horizon_seconds)
+            ahead = sorted(
+                r.job.run_at for r in s.rows.values()
+                if not r.far and r.job.status is JobStatus.SCHEDULED and now < r.job.run_at <= horizon
+            )[: params.limit]
+            counts: dict[datetime, int] = {}
+            for run_at in ahead:
+                second = run_at.replace(microsecond=0)
+                counts[second] = counts.get(second, 0) + 1
+            return [DueSecond(at, n) for at, n in counts.items()]
 
     def _held(self, s: _Shard, lease: Lease) -> _Row | None:
         row = s.rows.get(lease.id)

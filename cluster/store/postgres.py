@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import AsyncRowFactory, dict_row, scalar_row
+from psycopg.rows import AsyncRowFactory, dict_row, scalar_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -33,6 +33,8 @@ from cluster.model import (
     ClaimParams,
     CreateJobParams,
     CreateResult,
+    DueAheadParams,
+    DueSecond,
     FinishParams,
     GetJobParams,
     HeartbeatParams,
@@ -329,9 +331,20 @@ class PgStore:
                 "grace": params.grace_seconds,
                 "prefetch": params.prefetch_seconds,
                 "now": params.now,
+                "from": params.window[0] if params.window else None,
+                "until": params.window[1] if params.window else None,
             },
             _claimed_row,
         )
+
+    async def due_ahead(self, shard: int, params: DueAheadParams) -> list[DueSecond]:
+        rows = await self.fetch_as(
+            shard,
+            "due_ahead",
+            {"horizon": params.horizon_seconds, "limit": params.limit, "now": params.now},
+            tuple_row,
+        )
+        return [DueSecond(at, jobs) for at, jobs in rows]
 
     async def heartbeat(self, shard: int, params: HeartbeatParams) -> set[uuid.UUID]:
         rows = await self.fetch_as(

@@ -2,11 +2,14 @@
 
 Per owned shard, a claim loop takes a batch of due jobs in one short
 transaction (``FOR UPDATE SKIP LOCKED``) and starts one task per job; the
-firing happens outside any transaction. Outcomes go to a per-shard completer
-that writes them in batches, each row fenced by its attempt. A heartbeat loop
-extends the leases of long jobs; a job whose heartbeat or completion matches
-no row was lost (its lease expired and someone else has it): the worker drops
-it, writes nothing and counts it.
+firing happens outside any transaction. A job claimed ahead of its time waits
+in the timing wheel (:mod:`cluster.worker.wheel`); a wave seen coming is
+preloaded within a memory budget (:mod:`cluster.worker.preload`). Outcomes go
+to a per-shard completer (:mod:`cluster.worker.completer`) that writes them
+in batches, each row fenced by its attempt. A heartbeat loop extends the
+leases of long jobs; a job whose heartbeat or completion matches no row was
+lost (its lease expired and someone else has it): the worker drops it, writes
+nothing and counts it.
 
 Every loop has a ``run_once`` that tests call directly.
 """
@@ -15,15 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import socket
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
 
 import shardmap
 from cluster import metrics
@@ -31,26 +32,25 @@ from cluster.backoff import backoff
 from cluster.clock import Clock, SystemClock
 from cluster.config import Settings
 from cluster.coordination.base import Coordinator
-from cluster.errors import ShardUnavailable, VakitError
+from cluster.errors import ShardUnavailable
 from cluster.model import (
     ClaimedJob,
     ClaimParams,
-    FinishParams,
-    HeartbeatParams,
     JobResult,
     Outcome,
 )
 from cluster.store.base import Store
 from cluster.targets import FireResult, Target
+from cluster.worker.completer import Completer
+from cluster.worker.firings import FiringMetrics
+from cluster.worker.heartbeat import Heartbeat
+from cluster.worker.inflight import InFlight, log_fields
 from cluster.worker.limits import TargetLimiter, parse_limits, target_key
+from cluster.worker.preload import PRELOAD_BATCH, Preloader, budget_jobs, wave_threshold
+from cluster.worker.wheel import TICK, TimingWheel
 
 __all__ = ["InFlight", "Worker", "default_worker_id"]
 
-# Queued by stop() after the last outcome: the completer ends once it gets here.
-_DRAINED: Any = object()
-# Granularity of the preloading wheel, seconds: a held job starts up to one
-# tick after its run_at (the event loop's timers are milliseconds anyway).
-_TICK = 0.001
 # Most held jobs started in one pass of the event loop. A worker holding
 # 500,000 jobs due at one instant would otherwise not answer anything (its
 # /metrics, its health checks, its completions) for about 5 s; in slices it
@@ -58,10 +58,6 @@ _TICK = 0.001
 _SLICE = 5_000
 
 log = logging.getLogger(__name__)
-
-
-def _log_fields(entry: InFlight) -> dict[str, Any]:
-    return {"job_id": entry.job_id, "shard": entry.shard, "attempt": entry.job.attempt}
 
 
 def _cron_label(job: ClaimedJob) -> str:
@@ -72,21 +68,10 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-@dataclass(slots=True)
-class InFlight:
-    job: ClaimedJob
-    shard: int
-    lease_until: datetime
-    job_id: str  # the public id, encoded once when claimed (not at the instant)
-    task: asyncio.Task[None] | None = None
-    fired: bool = False  # the target was (or is being) called
-    lost: bool = False  # a heartbeat found the lease gone
-
-
 @dataclass
 class _ShardState:
-    inflight: dict[uuid.UUID, InFlight] = field(default_factory=dict)
-    results: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)  # JobResult or _DRAINED
+    inflight: dict[uuid.UUID, InFlight]  # shared with the completer, which forgets written jobs
+    completer: Completer
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -110,27 +95,55 @@ class Worker:
         self.worker_id = worker_id or settings.worker_id or default_worker_id()
         self.limiter = TargetLimiter(parse_limits(settings.target_limits))
         self._rand = rand
-        self._shards = {i: _ShardState() for i in range(store.shard_count)}
         self._capacity = asyncio.Event()
         self._stopping = asyncio.Event()
         self._stop_deadline = float("inf")
-        self._lateness_children: dict[tuple[int, str], Any] = {}
-        self._target_children: dict[tuple[str, str], Any] = {}
-        # Metrics of firings, recorded after the firings of the same instant
-        # have started (see _note_start).
-        self._started: list[tuple[int, str, float]] = []
-        self._fired: list[tuple[ClaimedJob, FireResult]] = []
-        self._metrics_due = False
-        # Instants being started in slices: until the last slice, outcomes
-        # and metrics wait (starts first; see _start_held).
-        self._starting = 0
-        self._all_started = asyncio.Event()
-        self._all_started.set()
-        self._wheel: dict[int, list[InFlight]] = {}
-        self._wheel_timers: dict[int, asyncio.TimerHandle] = {}
+        # Metrics of firings are recorded after the firings of the same
+        # instant have started, so the wheel and they know each other.
+        self.wheel: TimingWheel
+        self._metrics = FiringMetrics(lambda: self.wheel.starting)
+        self.wheel = TimingWheel(self._run_job, self._stopping, self._metrics.soon, _SLICE)
+        self._shards = {i: self._shard_state(i) for i in range(store.shard_count)}
+        self.heartbeat = Heartbeat(
+            store,
+            self.clock,
+            {i: s.inflight for i, s in self._shards.items()},
+            lease_seconds=settings.lease_seconds,
+            grace_seconds=settings.lease_grace_seconds,
+            every=settings.heartbeat_every,
+            on_lost=self._capacity.set,
+        )
+        # Knobs an operator set win over what the worker works out itself.
+        explicit = settings.model_fields_set
+        self._inflight_is_total = "max_inflight" in explicit
+        self._budget = budget_jobs(settings.preload_memory_bytes)
+        self.preloader = Preloader(
+            store,
+            self.worker_id,
+            self.clock,
+            lease_seconds=settings.lease_seconds,
+            grace_seconds=settings.lease_grace_seconds,
+            batch=settings.claim_batch if "claim_batch" in explicit else PRELOAD_BATCH,
+            pause=settings.poll_interval,
+            take=self._take_preloaded,
+        )
         self.polling = asyncio.Event()  # set once every claim loop has polled once
         self._polled: set[int] = set()
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _shard_state(self, shard: int) -> _ShardState:
+        inflight: dict[uuid.UUID, InFlight] = {}
+        completer = Completer(
+            shard,
+            self.store,
+            inflight,
+            batch=self.settings.complete_batch,
+            linger=self.settings.complete_linger,
+            started=self.wheel.all_started,
+            give_up=self._past_stop_deadline,
+            on_written=self._capacity.set,
+        )
+        return _ShardState(inflight, completer)
 
     # -- state ---------------------------------------------------------------
 
@@ -138,14 +151,32 @@ class Worker:
     def inflight_count(self) -> int:
         return sum(len(s.inflight) for s in self._shards.values())
 
+    @property
+    def preloaded_count(self) -> int:
+        """Preloaded jobs held now, waiting for their instant."""
+        return self.wheel.preloaded
+
     def inflight(self, shard: int) -> dict[uuid.UUID, InFlight]:
         return self._shards[shard].inflight
+
+    def _regular_room(self) -> int:
+        """Room for regular claims: max_inflight bounds the jobs claimed at
+        (or just before) their time; preloaded ones have their own budget,
+        unless max_inflight was set, which then bounds everything."""
+        held = 0 if self._inflight_is_total else self.wheel.preloaded
+        return self.settings.max_inflight - (self.inflight_count - held)
+
+    def _preload_room(self) -> int:
+        room = self._budget - self.wheel.preloaded
+        if self._inflight_is_total:
+            room = min(room, self.settings.max_inflight - self.inflight_count)
+        return room
 
     # -- claim -------------------------------------------------------------------
 
     async def run_once(self, shard: int) -> int:
         """Claim one batch on ``shard`` and start firing it; returns the count."""
-        room = self.settings.max_inflight - self.inflight_count
+        room = self._regular_room()
         if room <= 0:
             return 0
         jobs = await self.store.claim_jobs(
@@ -158,31 +189,55 @@ class Worker:
                 prefetch_seconds=self.settings.prefetch_seconds,
             ),
         )
+        self._take(shard, jobs, preloaded=False)
+        return len(jobs)
+
+    async def preload_once(self, shard: int) -> int:
+        """Look ahead on ``shard`` and preload one round of this worker's
+        share of a coming wave; returns how many jobs were claimed."""
+        if not self._budget:
+            return 0
+        shards = len(self.coordinator.owned_shards()) or 1
+        return await self.preloader.run_once(
+            shard,
+            room=self._preload_room(),
+            threshold=wave_threshold(self.settings.max_inflight, shards),
+        )
+
+    def _take_preloaded(self, shard: int, jobs: list[ClaimedJob]) -> None:
+        self._take(shard, jobs, preloaded=True)
+
+    def _take(self, shard: int, jobs: list[ClaimedJob], *, preloaded: bool) -> None:
+        """Claimed jobs become in flight: held in the wheel until their
+        run_at, or started now."""
+        if not jobs:
+            return
         state = self._shards[shard]
         # One reading of both clocks for the batch: jobs due at the same
         # instant land in the same tick, however long the loop below takes.
         now = self.clock.now()
         base = asyncio.get_running_loop().time()
         for job in jobs:
-            entry = InFlight(job, shard, job.lease_until, shardmap.encode_id("job", job.id))
+            entry = InFlight(
+                job, shard, job.lease_until, shardmap.encode_id("job", job.id), preloaded=preloaded
+            )
             state.inflight[job.id] = entry
             delay = (job.run_at - now).total_seconds()
-            if delay > _TICK:
-                self._hold(entry, base + delay)
+            if delay > TICK:
+                self.wheel.hold(entry, base + delay)
             else:
                 entry.task = asyncio.create_task(self._run_job(entry), name=entry.job_id)
-        if jobs:
-            metrics.CLAIMED.labels(str(shard)).inc(len(jobs))
-            metrics.INFLIGHT.labels(str(shard)).set(len(state.inflight))
-        return len(jobs)
+        metrics.CLAIMED.labels(str(shard)).inc(len(jobs))
+        metrics.INFLIGHT.labels(str(shard)).set(len(state.inflight))
 
     async def _claim_loop(self, shard: int) -> None:
         delay = self.settings.poll_interval
         while not self._stopping.is_set():
-            claimed = 0
+            claimed = preloaded = 0
             if shard in self.coordinator.owned_shards():
                 try:
                     claimed = await self.run_once(shard)
+                    preloaded = await self.preload_once(shard)
                     delay = self.settings.poll_interval
                     self._mark_polled(shard)
                 except ShardUnavailable as exc:
@@ -193,9 +248,9 @@ class Worker:
                     # the process: log, back off, go on.
                     delay = min(delay * 2, 5.0)
                     log.exception("claim loop error", extra={"shard": shard})
-            if claimed >= self.settings.claim_batch:
-                continue  # more may be due: claim again without waiting
-            if self.inflight_count >= self.settings.max_inflight:
+            if claimed >= self.settings.claim_batch or preloaded:
+                continue  # more may be due, or more of a wave left: again without waiting
+            if self._regular_room() <= 0:
                 self._capacity.clear()
                 await self._wait(self._capacity, delay)
             else:
@@ -219,94 +274,9 @@ class Worker:
 
     # -- fire --------------------------------------------------------------------
 
-    # -- preloading: a timing wheel ---------------------------------------------
-
-    def _hold(self, entry: InFlight, due: float) -> None:
-        """Keep a prefetched job until its run_at (``due``, in the event
-        loop's time). Jobs share one timer per tick: a wave of 50,000
-        preloaded jobs costs one timer, and no sleeping coroutine each (less
-        memory, less work at the instant)."""
-        loop = asyncio.get_running_loop()
-        tick = math.ceil(due / _TICK)
-        bucket = self._wheel.get(tick)
-        if bucket is None:
-            bucket = self._wheel[tick] = []
-            self._wheel_timers[tick] = loop.call_at(tick * _TICK, self._release_tick, tick)
-        bucket.append(entry)
-
-    def _release_tick(self, tick: int) -> None:
-        self._wheel_timers.pop(tick, None)
-        entries = self._wheel.pop(tick, [])
-        if len(entries) > _SLICE:
-            self._starting += 1
-            self._all_started.clear()
-        self._start_held(entries, 0)
-
-    def _start_held(self, entries: list[InFlight], first: int) -> None:
-        end = first + _SLICE
-        if not self._stopping.is_set():  # else stop() releases the rest
-            for entry in entries[first:end]:
-                if not entry.lost and entry.task is None:
-                    entry.task = asyncio.create_task(self._run_job(entry), name=entry.job_id)
-            if end < len(entries):
-                # After the tasks just created have taken their first step.
-                asyncio.get_running_loop().call_soon(self._start_held, entries, end)
-                return
-        if len(entries) > _SLICE:
-            self._starting -= 1
-            if not self._starting:
-                self._all_started.set()
-                self._metrics_soon()
-
-    def _clear_wheel(self) -> None:
-        for handle in self._wheel_timers.values():
-            handle.cancel()
-        self._wheel_timers.clear()
-        self._wheel.clear()
-
-    # -- metrics of firings, recorded just after the instant -----------------
-
-    def _note_start(self, shard: int, kind: str, lateness: float) -> None:
-        """Lateness of a firing that starts now. At a round hour tens of
-        thousands of jobs start in one pass of the event loop, and every
-        microsecond spent per job before the last one starts is lateness of
-        the last one: the histogram is fed by _flush_metrics, right after the
-        pass."""
-        self._started.append((shard, kind, lateness))
-        self._metrics_soon()
-
-    def _note_fired(self, job: ClaimedJob, result: FireResult) -> None:
-        self._fired.append((job, result))
-        self._metrics_soon()
-
-    def _metrics_soon(self) -> None:
-        if not self._metrics_due:
-            self._metrics_due = True
-            asyncio.get_running_loop().call_soon(self._flush_metrics)
-
-    def _flush_metrics(self) -> None:
-        self._metrics_due = False
-        if self._starting:
-            return  # after the last slice (_start_held calls again)
-        started, self._started = self._started, []
-        fired, self._fired = self._fired, []
-        for shard, kind, lateness in started:
-            self._lateness_metric(shard, kind).observe(max(0.0, lateness))
-        for job, result in fired:
-            self._count_firing(job, result)
-
-    def _lateness_metric(self, shard: int, kind: str) -> Any:
-        # labels() costs a dict lookup and string work per call; a wave calls
-        # it per job, so the children are kept.
-        key = (shard, kind)
-        child = self._lateness_children.get(key)
-        if child is None:
-            child = self._lateness_children[key] = metrics.START_LATENESS.labels(str(shard), kind)
-        return child
-
     async def _run_job(self, entry: InFlight) -> None:
         job = entry.job
-        shard = entry.shard
+        completer = self._shards[entry.shard].completer
         try:
             # Released from the wheel up to a tick early, or claimed just
             # before its moment: wait out the rest with the lease held.
@@ -319,12 +289,10 @@ class Worker:
             else:
                 outcome = await self._fire(entry)
             if outcome is not None and not entry.lost:
-                self._shards[shard].results.put_nowait(outcome)
+                completer.put(outcome)
         except Exception:  # never let one job's bug leave it in flight forever
-            log.exception("job task failed", extra=_log_fields(entry))
-            self._shards[shard].results.put_nowait(
-                self._result_for(entry, FireResult.retry("worker error"), self.clock.now(), 0.0)
-            )
+            log.exception("job task failed", extra=log_fields(entry))
+            completer.put(self._result_for(entry, FireResult.retry("worker error"), self.clock.now(), 0.0))
 
     async def _fire(self, entry: InFlight) -> JobResult | None:
         job = entry.job
@@ -341,7 +309,7 @@ class Worker:
         if job.concurrency == "REPLACE" and job.cron_id is not None:
             await self.store.revoke_replaced(shard, job.cron_id, job.id)
         kind = job.target_kind
-        self._note_start(shard, kind, lateness)
+        self._metrics.note_start(shard, kind, lateness)
         entry.fired = True
         target = self.targets.get(kind)
         if target is None:
@@ -358,29 +326,15 @@ class Worker:
             except TimeoutError:
                 result = FireResult.retry(f"timed out after {job.timeout_seconds} s")
             except Exception as exc:  # a target bug must not kill the worker
-                log.exception("target raised", extra=_log_fields(entry))
+                log.exception("target raised", extra=log_fields(entry))
                 result = FireResult.retry(f"{type(exc).__name__}: {exc}")
-        self._note_fired(job, result)
+        self._metrics.note_fired(job, result)
         return self._result_for(entry, result, started, lateness)
-
-    def _count_firing(self, job: ClaimedJob, result: FireResult) -> None:
-        """The per-target error rate the on-call watches; children cached, as
-        the target key parses a URL."""
-        url = str(job.target.get("url") or job.target.get("topic") or job.target_kind)
-        outcome = "ok" if result.ok else ("retry" if result.retryable else "rejected")
-        child = self._target_children.get((url, outcome))
-        if child is None:
-            if len(self._target_children) > 10_000:
-                self._target_children.clear()  # bounded, whatever the URLs
-            child = metrics.TARGET_FIRES.labels(target_key(job.target), outcome)
-            self._target_children[(url, outcome)] = child
-        child.inc()
 
     def _result_for(
         self, entry: InFlight, result: FireResult, started: datetime, lateness: float
     ) -> JobResult:
         job = entry.job
-        lease = job.lease
         if result.ok:
             outcome, delay = Outcome.SUCCEEDED, 0.0
         elif result.skipped:
@@ -397,7 +351,7 @@ class Worker:
         else:
             outcome, delay = Outcome.FAILED, 0.0
         return JobResult(
-            lease=lease,
+            lease=job.lease,
             outcome=outcome,
             worker=self.worker_id,
             started_at=started,
@@ -408,154 +362,27 @@ class Worker:
 
     # -- complete ------------------------------------------------------------------
 
-    def _take_batch(self, state: _ShardState, first: JobResult | None) -> tuple[list[JobResult], bool]:
-        """Up to a batch of queued outcomes; True when the drained marker was met."""
-        batch = [first] if first is not None else []
-        while len(batch) < self.settings.complete_batch and not state.results.empty():
-            item = state.results.get_nowait()
-            if item is _DRAINED:
-                return batch, True
-            batch.append(item)
-        return batch, False
-
     async def flush_once(self, shard: int, wait: bool = True) -> int:
         """Write one batch of outcomes for ``shard``; returns how many were written."""
-        state = self._shards[shard]
-        first = await state.results.get() if wait else None
-        batch, _ = self._take_batch(state, first)
-        return await self._write(shard, batch)
+        return await self._shards[shard].completer.flush_once(wait)
 
-    async def _write(self, shard: int, batch: list[JobResult]) -> int:
-        state = self._shards[shard]
-        if not batch:
-            return 0
-        delay = 0.5
-        while True:
-            try:
-                written = await self.store.finish_jobs(shard, FinishParams(tuple(batch)))
-                break
-            except ShardUnavailable as exc:
-                if self._stopping.is_set() and time.monotonic() > self._stop_deadline:
-                    # Stopping, and the shard is still away: give up. The
-                    # leases expire and the jobs run again (at least once).
-                    log.warning("completion abandoned at stop: %s", exc, extra={"shard": shard})
-                    return 0
-                # Keep the outcomes and try again; if the lease runs out first
-                # the write is fenced and the job runs again (at least once).
-                log.warning("completion failed, retrying: %s", exc, extra={"shard": shard})
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        succeeded: dict[str, int] = {}
-        for res in batch:
-            entry = state.inflight.pop(res.lease.id, None)
-            kind = entry.job.target_kind if entry else "?"
-            if res.lease.id in written and res.outcome is Outcome.SUCCEEDED:
-                # The common case stays cheap: counted once per batch, no log line.
-                succeeded[kind] = succeeded.get(kind, 0) + 1
-                continue
-            extra = (
-                _log_fields(entry)
-                if entry is not None
-                else {"job_id": shardmap.encode_id("job", res.lease.id), "shard": shard, "attempt": res.lease.attempt}
-            )
-            if res.lease.id not in written:
-                metrics.FENCED.labels(str(shard), "complete").inc()
-                log.warning("completion fenced: the job was no longer ours", extra=extra)
-            elif res.outcome is Outcome.RETRY:
-                metrics.RETRIED.labels(str(shard), kind).inc()
-                log.info("attempt failed, retrying in %.1fs: %s", res.retry_delay, res.error, extra=extra)
-            else:
-                metrics.FAILED.labels(str(shard), kind).inc()
-                log.warning("job failed for good: %s", res.error, extra=extra)
-        for kind, n in succeeded.items():
-            metrics.COMPLETED.labels(str(shard), kind).inc(n)
-        metrics.INFLIGHT.labels(str(shard)).set(len(state.inflight))
-        self._capacity.set()
-        return len(written)
-
-    async def _complete_loop(self, shard: int) -> None:
-        """Write outcomes until stop() queues the drained marker; everything
-        queued before it is written, nothing is cancelled mid-batch."""
-        state = self._shards[shard]
-        while True:
-            first = await state.results.get()
-            if first is _DRAINED:
-                return
-            if self.settings.complete_linger:
-                await asyncio.sleep(self.settings.complete_linger)
-            await self._all_started.wait()
-            batch, drained = self._take_batch(state, first)
-            try:
-                await self._write(shard, batch)
-            except Exception:
-                log.exception("completion error", extra={"shard": shard})
-            if drained:
-                return
+    def _past_stop_deadline(self) -> bool:
+        return self._stopping.is_set() and time.monotonic() > self._stop_deadline
 
     # -- heartbeat -------------------------------------------------------------------
 
     async def heartbeat_once(self, shard: int) -> int:
-        """Extend the leases that run out within the next lease period; jobs
-        whose lease is gone are dropped. Returns how many were lost."""
-        state = self._shards[shard]
-        now = self.clock.now()
-        horizon = self.settings.lease_seconds
-        due = [
-            e
-            for e in state.inflight.values()
-            if not e.lost and (e.lease_until - now).total_seconds() < horizon
-        ]
-        if not due:
-            return 0
-        kept = await self.store.heartbeat(
-            shard,
-            HeartbeatParams(
-                leases=tuple(e.job.lease for e in due),
-                lease_seconds=self.settings.lease_seconds,
-                grace_seconds=self.settings.lease_grace_seconds,
-            ),
-        )
-        lost = 0
-        for entry in due:
-            if entry.job.id in kept:
-                entry.lease_until = max(
-                    entry.lease_until,
-                    now + timedelta(seconds=self.settings.lease_seconds + self.settings.lease_grace_seconds),
-                )
-            elif state.inflight.get(entry.job.id) is entry:
-                lost += 1
-                self._drop(entry, "heartbeat")
-        return lost
-
-    def _drop(self, entry: InFlight, operation: str) -> None:
-        entry.lost = True
-        metrics.FENCED.labels(str(entry.shard), operation).inc()
-        log.warning("lease lost: dropping the job, writing nothing", extra=_log_fields(entry))
-        self._shards[entry.shard].inflight.pop(entry.job.id, None)
-        if entry.task is not None:
-            entry.task.cancel()
-        self._capacity.set()
-
-    async def _heartbeat_shard(self, shard: int) -> None:
-        try:
-            # Bounded, and one task per shard: a shard that hangs must not
-            # hold back the heartbeats (and so the leases) of the others.
-            async with asyncio.timeout(self.settings.heartbeat_every * 2):
-                await self.heartbeat_once(shard)
-        except VakitError as exc:
-            log.warning("heartbeat failed: %s", exc, extra={"shard": shard})
-        except TimeoutError:
-            log.warning("heartbeat timed out", extra={"shard": shard})
-        except Exception:
-            log.exception("heartbeat error", extra={"shard": shard})
+        """Extend the leases that run out soon; returns how many were lost."""
+        return await self.heartbeat.run_once(shard)
 
     async def _heartbeat_loop(self) -> None:
         while not self._stopping.is_set():
-            await asyncio.gather(*(self._heartbeat_shard(s) for s in self._shards))
+            await asyncio.gather(*(self.heartbeat.beat_shard(s) for s in self._shards))
             await self._sleep(self.settings.heartbeat_every)
 
     async def _beat_loop(self) -> None:
-        """Tell each owned shard we poll it (readiness, `vakit status`)."""
+        """Tell each owned shard we poll it (readiness, `vakit status`, and
+        the preloaders of the other workers, which split a wave by it)."""
         while not self._stopping.is_set():
             for shard in sorted(self.coordinator.owned_shards()):
                 try:
@@ -584,11 +411,9 @@ class Worker:
             loop.call_soon_threadsafe(self._wake_all)
 
         self.coordinator.add_listener(on_change)
-        for shard in self._shards:
+        for shard, state in self._shards.items():
             self._tasks.append(asyncio.create_task(self._claim_loop(shard), name=f"claim-{shard}"))
-            self._tasks.append(
-                asyncio.create_task(self._complete_loop(shard), name=f"complete-{shard}")
-            )
+            self._tasks.append(asyncio.create_task(state.completer.run(), name=f"complete-{shard}"))
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
         self._tasks.append(asyncio.create_task(self._beat_loop(), name="beat"))
 
@@ -600,7 +425,7 @@ class Worker:
         self._stop_deadline = time.monotonic() + grace + self.settings.connect_timeout
         self._stopping.set()
         # Held (preloaded) jobs are not started any more: they are released.
-        self._clear_wheel()
+        self.wheel.clear()
         pending = [e.task for s in self._shards.values() for e in s.inflight.values() if e.task]
         if pending:
             await asyncio.wait(pending, timeout=grace)
@@ -625,7 +450,7 @@ class Worker:
                     state.inflight.pop(entry.job.id, None)
         # Let each completer write everything queued so far, then end.
         for state in self._shards.values():
-            state.results.put_nowait(_DRAINED)
+            state.completer.drain()
         completers = [t for t in self._tasks if t.get_name().startswith("complete-")]
         others = [t for t in self._tasks if t not in completers]
         for task in others:

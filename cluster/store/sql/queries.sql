@@ -106,11 +106,16 @@ RETURNING id;
 -- RUNNING with a new attempt (the fencing token) and a lease. The lease runs
 -- from the later of now and run_at (a prefetched job waits for its run_at)
 -- and covers the job's timeout, capped by the configured lease: long jobs
--- heartbeat.
+-- heartbeat. With a window (from, until) the claim takes only jobs due in it:
+-- a worker preloading a wave leaves the jobs before the wave to the regular
+-- claims, which take them at their time.
 WITH due AS (
     SELECT id FROM jobs
      WHERE status = 'SCHEDULED'
-       AND run_at <= coalesce(%(now)s, now()) + make_interval(secs => %(prefetch)s)
+       AND run_at >= coalesce(%(from)s, '-infinity'::timestamptz)
+       AND run_at < coalesce(%(until)s,
+                             coalesce(%(now)s, now()) + make_interval(secs => %(prefetch)s)
+                             + interval '1 microsecond')
      ORDER BY run_at
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -129,6 +134,20 @@ UPDATE jobs j
 RETURNING j.id, j.attempt, j.max_attempts, j.type, j.scheduled_for, j.run_at,
           j.timeout_seconds, j.target::text, j.payload::text AS payload_json, j.lease_until,
           j.cron_id, j.concurrency, j.deadline_at;
+
+-- name: due_ahead
+-- The worker's wave forecast: SCHEDULED jobs due in each upcoming second,
+-- counting only the first few (the limit bounds the index entries read,
+-- however large the wave). Seconds are whole UTC epoch seconds.
+SELECT to_timestamp(floor(extract(epoch FROM run_at))) AS second, count(*)::int AS jobs
+  FROM (SELECT run_at FROM jobs
+         WHERE status = 'SCHEDULED'
+           AND run_at > coalesce(%(now)s, now())
+           AND run_at <= coalesce(%(now)s, now()) + make_interval(secs => %(horizon)s)
+         ORDER BY run_at
+         LIMIT %(limit)s) ahead
+ GROUP BY 1
+ ORDER BY 1;
 
 -- name: heartbeat
 -- Extend the leases this worker still holds; a missing id was lost (fenced).

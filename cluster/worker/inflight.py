@@ -1,0 +1,41 @@
+"""What a worker holds for each job it claimed, from the claim to the outcome.
+
+An :class:`InFlight` entry is made once per claimed job and shared by the
+claim loop, the timing wheel, the firing task, the heartbeat and the
+completer, which all live in their own modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cluster.model import ClaimedJob
+
+__all__ = ["InFlight", "log_fields"]
+
+
+@dataclass(slots=True)
+class InFlight:
+    job: ClaimedJob
+    shard: int
+    lease_until: datetime
+    job_id: str  # the public id, encoded once when claimed (not at the instant)
+    task: asyncio.Task[None] | None = None
+    fired: bool = False  # the target was (or is being) called
+    lost: bool = False  # a heartbeat found the lease gone
+    # Claimed ahead of a wave by the preloader: counted against the preload
+    # budget, not against max_inflight, until the wheel releases it.
+    preloaded: bool = False
+
+    @property
+    def id(self) -> uuid.UUID:
+        return self.job.id
+
+
+def log_fields(entry: InFlight) -> dict[str, Any]:
+    """The structured log fields of a job's log lines."""
+    return {"job_id": entry.job_id, "shard": entry.shard, "attempt": entry.job.attempt}
