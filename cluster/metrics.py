@@ -10,8 +10,8 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
-    "API_REQUEST_SECONDS",
     "API_REQUESTS",
+    "API_REQUEST_SECONDS",
     "BACKLOG",
     "CLAIMED",
     "COMPLETED",
