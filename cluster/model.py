@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -16,11 +16,15 @@ import shardmap
 
 __all__ = [
     "TERMINAL",
+    "WORKER_SEEN_SECONDS",
     "AttemptRecord",
+    "BacklogParams",
+    "BacklogStats",
     "CancelParams",
     "ClaimParams",
     "ClaimedJob",
     "CreateJobParams",
+    "CreateJobsParams",
     "CreateResult",
     "CronRecord",
     "CronRun",
@@ -33,13 +37,26 @@ __all__ = [
     "JobResult",
     "JobStatus",
     "Lease",
+    "MaintainHistoryParams",
+    "MaintenanceResult",
     "MaterializeParams",
+    "MoveFarParams",
     "Occurrence",
     "Outcome",
     "PendingInfo",
+    "ReapParams",
     "ReapResult",
+    "ReleaseParams",
     "RescheduleParams",
+    "RevokeReplacedParams",
+    "WorkerBeatParams",
+    "WorkersSeenParams",
 ]
+
+
+# Workers beat into each shard every few seconds while they poll it: one seen
+# within this window counts as polling it (readiness, status, /cluster).
+WORKER_SEEN_SECONDS = 15.0
 
 
 class JobStatus(StrEnum):
@@ -84,6 +101,15 @@ class CreateJobParams:
     @property
     def target_kind(self) -> str:
         return str(self.target["kind"])
+
+
+@dataclass(frozen=True)
+class CreateJobsParams:
+    """Many creates on one shard, written with one statement (the batch API).
+
+    Each job keeps its own idempotency key and gets its own result."""
+
+    jobs: tuple[CreateJobParams, ...]
 
 
 @dataclass(frozen=True)
@@ -264,6 +290,70 @@ class MaintenanceResult:
     dropped_partitions: list[str] = field(default_factory=list)
     purged_rows: int = 0
     purged_keys: int = 0
+
+
+@dataclass(frozen=True)
+class ReleaseParams:
+    """Jobs a stopping worker gives back, each fenced by its attempt.
+
+    ``refunds[i]`` marks a job never fired: its attempt does not count
+    against ``max_attempts``. Empty means no refunds."""
+
+    leases: tuple[Lease, ...]
+    refunds: tuple[bool, ...] = ()
+    worker: str | None = None
+    now: datetime | None = None  # None: the database's now()
+
+    def __post_init__(self) -> None:
+        if self.refunds and len(self.refunds) != len(self.leases):
+            raise ValueError("refunds must have one entry per lease")
+
+
+@dataclass(frozen=True)
+class ReapParams:
+    limit: int = 1000
+    now: datetime | None = None  # None: the database's now()
+
+
+@dataclass(frozen=True)
+class MoveFarParams:
+    horizon_seconds: float  # far jobs due before now + this move to the hot table
+    limit: int = 1000
+    now: datetime | None = None  # None: the database's now()
+
+
+@dataclass(frozen=True)
+class BacklogParams:
+    now: datetime | None = None  # None: the database's now()
+
+
+@dataclass(frozen=True)
+class RevokeReplacedParams:
+    """Concurrency REPLACE: the cron's RUNNING occurrences other than ``keep``."""
+
+    cron_id: uuid.UUID
+    keep: uuid.UUID
+    now: datetime | None = None  # None: the database's now()
+
+
+@dataclass(frozen=True)
+class WorkerBeatParams:
+    worker_id: str
+
+
+@dataclass(frozen=True)
+class WorkersSeenParams:
+    within_seconds: float = WORKER_SEEN_SECONDS
+
+
+@dataclass(frozen=True)
+class MaintainHistoryParams:
+    """The janitor's pass. ``today`` comes from its injected clock; None
+    takes the database's current UTC date (never the host's wall clock)."""
+
+    retention_days: int
+    today: date | None = None
+    days_ahead: int = 7
 
 
 # -- cron jobs ------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cluster import metrics
+from cluster.model import BacklogParams
 from cluster.store.base import Store
 
 __all__ = ["BacklogProbe"]
@@ -21,7 +22,7 @@ class BacklogProbe:
         self.store = store
 
     async def run_once(self, shard: int) -> int:
-        stats = await self.store.backlog(shard)
+        stats = await self.store.backlog(shard, BacklogParams())
         metrics.BACKLOG.labels(str(shard)).set(stats.due)
         metrics.OLDEST_DUE_AGE.labels(str(shard)).set(stats.oldest_due_age_seconds)
         return stats.due

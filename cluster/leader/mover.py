@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cluster import metrics
+from cluster.model import MoveFarParams
 from cluster.store.base import Store
 
 __all__ = ["Mover"]
@@ -22,7 +23,9 @@ class Mover:
     async def run_once(self, shard: int) -> int:
         total = 0
         while True:
-            n = await self.store.move_far_jobs(shard, self.horizon, self.batch)
+            n = await self.store.move_far_jobs(
+                shard, MoveFarParams(horizon_seconds=self.horizon, limit=self.batch)
+            )
             total += n
             if n:
                 metrics.MOVED.labels(str(shard)).inc(n)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from cluster import metrics
+from cluster.model import ReapParams
 from cluster.store.base import Store
 
 __all__ = ["Reaper"]
@@ -24,7 +25,7 @@ class Reaper:
     async def run_once(self, shard: int) -> int:
         total = 0
         while True:
-            result = await self.store.reap_expired(shard, self.batch)
+            result = await self.store.reap_expired(shard, ReapParams(limit=self.batch))
             n = result.rescheduled + result.failed
             if n:
                 metrics.LEASE_EXPIRED.labels(str(shard)).inc(n)

@@ -1,23 +1,27 @@
 """The storage seam: one method per operation, one params object per method,
 the shard always explicit.
 
-Implementations: :class:`cluster.pgstore.PgStore` (PostgreSQL, one pool per
-shard) and :class:`cluster.memstore.MemStore` (in memory, for unit tests of
-the state machine). Both raise only :mod:`cluster.errors` exceptions.
+Implementations: :class:`cluster.store.postgres.PgStore` (PostgreSQL, one
+pool per shard) and :class:`cluster.store.memory.MemStore` (in memory, for
+unit tests and the fast API tier). Both raise only :mod:`cluster.errors`
+exceptions, and ``tests/contract`` holds them to the same rules.
 """
 
 from __future__ import annotations
 
 import uuid
-from datetime import date, datetime
 from typing import Protocol
 
+from cluster.errors import Conflict
 from cluster.model import (
+    WORKER_SEEN_SECONDS,
+    BacklogParams,
     BacklogStats,
     CancelParams,
     ClaimedJob,
     ClaimParams,
     CreateJobParams,
+    CreateJobsParams,
     CreateResult,
     DueAheadParams,
     DueSecond,
@@ -25,30 +29,56 @@ from cluster.model import (
     GetJobParams,
     HeartbeatParams,
     JobRecord,
-    Lease,
+    MaintainHistoryParams,
     MaintenanceResult,
+    MoveFarParams,
+    ReapParams,
     ReapResult,
+    ReleaseParams,
     RescheduleParams,
+    RevokeReplacedParams,
+    WorkerBeatParams,
+    WorkersSeenParams,
 )
 
+# WORKER_SEEN_SECONDS is re-exported: readiness and status read the window here.
 __all__ = ["WORKER_SEEN_SECONDS", "Store"]
-
-# Workers beat into each shard every few seconds while they poll it: one seen
-# within this window counts as polling it (readiness, status, /cluster).
-WORKER_SEEN_SECONDS = 15.0
 
 
 class Store(Protocol):
+    """Every job operation the API, the worker and the leader loops use.
+
+    One method per operation, one params object per method (River's style),
+    the shard always explicit. Implementations raise only
+    :mod:`cluster.errors` exceptions: no driver error crosses this seam.
+    ``tests/contract`` runs the same cases against every implementation."""
+
     shard_count: int
+    # The schema version this code expects; a shard below it is not ready.
+    latest_schema_version: int
 
     async def open(self) -> None: ...
 
     async def close(self) -> None: ...
 
+    async def schema_version(self, shard: int) -> int:
+        """The schema version the shard has (0: never migrated)."""
+        ...
+
     async def create_job(self, shard: int, params: CreateJobParams) -> CreateResult:
         """Insert a job; with an idempotency key, a repeat returns the first job
         (``created=False``) and a reuse of the key with another body raises
         :class:`~cluster.errors.Conflict`."""
+        ...
+
+    async def create_jobs(
+        self, shard: int, params: CreateJobsParams
+    ) -> list[CreateResult | Conflict]:
+        """Insert many jobs on one shard with one statement per table; one
+        result per job, in order: a :class:`CreateResult` (``created=False``
+        for an idempotent repeat, also of a key earlier in the same batch) or
+        the :class:`~cluster.errors.Conflict` of a key reused with another
+        body, returned in its slot. Never all-or-nothing."""
         ...
 
     async def get_job(self, shard: int, params: GetJobParams) -> JobRecord | None: ...
@@ -61,7 +91,12 @@ class Store(Protocol):
         """Cancel a job that has not started; Conflict otherwise, NotFound if absent."""
         ...
 
-    async def claim_jobs(self, shard: int, params: ClaimParams) -> list[ClaimedJob]: ...
+    async def claim_jobs(self, shard: int, params: ClaimParams) -> list[ClaimedJob]:
+        """Due SCHEDULED jobs (those due within ``prefetch_seconds`` too, or,
+        with a ``window``, those due in it), earliest first, become RUNNING
+        with a new attempt and a lease; rows another claim holds are skipped,
+        never waited for."""
+        ...
 
     async def due_ahead(self, shard: int, params: DueAheadParams) -> list[DueSecond]:
         """SCHEDULED jobs due in each upcoming second (after now, up to the
@@ -77,37 +112,34 @@ class Store(Protocol):
         """Record outcomes, each fenced by its attempt; returns the ids written."""
         ...
 
-    async def release_jobs(
-        self,
-        shard: int,
-        leases: list[Lease],
-        refunds: list[bool] | None = None,
-        worker: str | None = None,
-    ) -> set[uuid.UUID]:
-        """Give back RUNNING jobs this worker holds; ``refunds`` marks the ones
-        never fired, whose attempt does not count against ``max_attempts``."""
+    async def release_jobs(self, shard: int, params: ReleaseParams) -> set[uuid.UUID]:
+        """Give back RUNNING jobs this worker holds, fenced by attempt; a
+        refunded (never fired) attempt does not count against
+        ``max_attempts``, a fired one is logged as RELEASED."""
         ...
 
-    async def reap_expired(
-        self, shard: int, limit: int = 1000, now: datetime | None = None
-    ) -> ReapResult: ...
+    async def reap_expired(self, shard: int, params: ReapParams) -> ReapResult:
+        """RUNNING jobs whose lease ran out: back to SCHEDULED with attempts
+        left, to FAILED without; each attempt logged as LEASE_EXPIRED."""
+        ...
 
-    async def move_far_jobs(
-        self, shard: int, horizon_seconds: float, limit: int = 1000, now: datetime | None = None
-    ) -> int: ...
+    async def move_far_jobs(self, shard: int, params: MoveFarParams) -> int:
+        """Far jobs due within the horizon move to the hot table; returns how many."""
+        ...
 
-    async def backlog(self, shard: int, now: datetime | None = None) -> BacklogStats: ...
+    async def backlog(self, shard: int, params: BacklogParams) -> BacklogStats: ...
 
-    async def revoke_replaced(self, shard: int, cron_id: uuid.UUID, keep: uuid.UUID) -> int:
+    async def revoke_replaced(self, shard: int, params: RevokeReplacedParams) -> int:
         """Concurrency REPLACE: revoke the cron's other RUNNING occurrences."""
         ...
 
-    async def worker_beat(self, shard: int, worker_id: str) -> None: ...
+    async def worker_beat(self, shard: int, params: WorkerBeatParams) -> None: ...
 
-    async def workers_seen(self, shard: int, within_seconds: float = WORKER_SEEN_SECONDS) -> list[str]: ...
+    async def workers_seen(self, shard: int, params: WorkersSeenParams) -> list[str]: ...
 
     async def maintain_history(
-        self, shard: int, retention_days: int, today: date | None = None, days_ahead: int = 7
+        self, shard: int, params: MaintainHistoryParams
     ) -> MaintenanceResult:
-        """Day partitions ahead, old ones dropped, old keys purged (the janitor)."""
+        """Day partitions ahead, history past the retention dropped, keys of
+        jobs no longer pending purged (the janitor)."""
         ...

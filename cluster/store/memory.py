@@ -1,8 +1,11 @@
-"""An in-memory store with the PostgreSQL store's semantics, for unit tests.
+"""An in-memory store with the PostgreSQL store's semantics, for unit tests
+and the fast tier of API tests.
 
 It follows the same state machine and fencing rules as the named queries in
-``cluster/store/sql/queries.sql``; time comes from an injected clock instead of the
-database's ``now()``. Not for production: nothing is durable.
+``cluster/store/sql/queries.sql``; time comes from an injected clock instead
+of the database's ``now()`` (a params object's ``now`` pins it, as it does the
+SQL). ``tests/contract`` runs one suite against this store and PostgreSQL, so
+the two cannot drift. Not for production: nothing is durable.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from cluster.clock import Clock, SystemClock
 from cluster.errors import Conflict, NotFound
 from cluster.model import (
     AttemptRecord,
+    BacklogParams,
     BacklogStats,
     CancelParams,
     ClaimedJob,
     ClaimParams,
     CreateJobParams,
+    CreateJobsParams,
     CreateResult,
     DueAheadParams,
     DueSecond,
@@ -32,13 +37,27 @@ from cluster.model import (
     JobRecord,
     JobStatus,
     Lease,
+    MaintainHistoryParams,
+    MaintenanceResult,
+    MoveFarParams,
     Outcome,
+    ReapParams,
     ReapResult,
+    ReleaseParams,
     RescheduleParams,
+    RevokeReplacedParams,
+    WorkerBeatParams,
+    WorkersSeenParams,
 )
-from cluster.store.base import WORKER_SEEN_SECONDS
+from cluster.store.sql import load_migrations
 
 __all__ = ["MemStore"]
+
+# The schema this code expects, as PgStore reports it; the memory store is
+# always "migrated" to it.
+_LATEST = len(load_migrations())
+# max_attempts never grows past the schema's CHECK (refunds on release).
+_MAX_ATTEMPTS = 100
 
 
 @dataclass
@@ -51,14 +70,26 @@ class _Row:
 
 
 @dataclass
+class _Key:
+    job_id: uuid.UUID
+    fingerprint: str | None
+    created_at: datetime
+
+
+@dataclass
 class _Shard:
     rows: dict[uuid.UUID, _Row] = field(default_factory=dict)
     history: dict[uuid.UUID, JobRecord] = field(default_factory=dict)
     attempts: dict[uuid.UUID, list[AttemptRecord]] = field(default_factory=dict)
-    keys: dict[tuple[str, str], tuple[uuid.UUID, str | None]] = field(default_factory=dict)
+    keys: dict[tuple[str, str], _Key] = field(default_factory=dict)
+    beats: dict[str, datetime] = field(default_factory=dict)
 
 
 class MemStore:
+    """The :class:`~cluster.store.base.Store` contract in memory."""
+
+    latest_schema_version = _LATEST
+
     def __init__(self, shard_count: int, clock: Clock | None = None) -> None:
         self.shard_count = shard_count
         self.clock = clock or SystemClock()
@@ -71,6 +102,11 @@ class MemStore:
 
     async def close(self) -> None:
         return None
+
+    def _shard(self, shard: int) -> _Shard:
+        if not 0 <= shard < self.shard_count:
+            raise ValueError(f"shard {shard} out of range 0..{self.shard_count - 1}")
+        return self._shards[shard]
 
     def _now(self, now: datetime | None = None) -> datetime:
         return now or self.clock.now()
@@ -86,37 +122,93 @@ class MemStore:
         s.history[done.id] = done
         return done
 
-    async def create_job(self, shard: int, params: CreateJobParams) -> CreateResult:
-        s = self._shards[shard]
-        async with self._lock:
-            if params.idempotency_key is not None:
-                key = (params.owner, params.idempotency_key)
-                if key in s.keys:
-                    first, fingerprint = s.keys[key]
-                    if fingerprint != params.fingerprint:
-                        raise Conflict("Idempotency-Key was already used with a different request body")
-                    existing = self._get(s, first, params.owner, False)
-                    assert existing is not None
-                    return CreateResult(existing, created=False)
-                s.keys[key] = (params.id, params.fingerprint)
-            job = JobRecord(
-                id=params.id,
-                owner=params.owner,
-                type=params.type,
-                status=JobStatus.SCHEDULED,
-                run_at=params.run_at,
-                scheduled_for=params.scheduled_for,
-                attempt=0,
-                max_attempts=params.max_attempts,
-                timeout_seconds=params.timeout_seconds,
-                target=params.target,
-                payload=params.payload,
-                idempotency_key=params.idempotency_key,
-                cron_id=params.cron_id,
-                created_at=self._now(),
+    @staticmethod
+    def _free(row: _Row) -> None:
+        row.locked_by = row.lease_until = row.claimed_at = None
+
+    async def schema_version(self, shard: int) -> int:
+        self._shard(shard)
+        return _LATEST
+
+    # -- API side ---------------------------------------------------------
+
+    def _create(self, s: _Shard, shard: int, params: CreateJobParams) -> CreateResult:
+        """One create, under the lock; raises the Conflict create_job raises."""
+        now = self._now()
+        if params.idempotency_key is not None:
+            key = (params.owner, params.idempotency_key)
+            found = s.keys.get(key)
+            if found is not None:
+                if found.fingerprint != params.fingerprint:
+                    raise Conflict(
+                        "Idempotency-Key was already used with a different request body; "
+                        "use a new key for a different job",
+                        idempotency_key=params.idempotency_key,
+                        shard=shard,
+                    )
+                existing = self._get(s, found.job_id, params.owner, False)
+                if existing is None:
+                    raise Conflict(
+                        "Idempotency-Key belongs to a job whose history has expired",
+                        idempotency_key=params.idempotency_key,
+                        shard=shard,
+                    )
+                return CreateResult(existing, created=False)
+        if params.id in s.rows:
+            # As the tables' primary keys refuse it (and roll back the key).
+            constraint = "jobs_far_pkey" if params.far else "jobs_pkey"
+            raise Conflict(
+                f"unique constraint {constraint} refused the write",
+                constraint=constraint,
+                shard=shard,
             )
-            s.rows[job.id] = _Row(job, far=params.far)
-            return CreateResult(job, created=True)
+        if params.idempotency_key is not None:
+            s.keys[(params.owner, params.idempotency_key)] = _Key(params.id, params.fingerprint, now)
+        job = JobRecord(
+            id=params.id,
+            owner=params.owner,
+            type=params.type,
+            status=JobStatus.SCHEDULED,
+            run_at=params.run_at,
+            scheduled_for=params.scheduled_for,
+            attempt=0,
+            max_attempts=params.max_attempts,
+            timeout_seconds=params.timeout_seconds,
+            target=params.target,
+            payload=params.payload,
+            idempotency_key=params.idempotency_key,
+            cron_id=params.cron_id,
+            created_at=now,
+        )
+        s.rows[job.id] = _Row(job, far=params.far)
+        # What PgStore returns for a new job: the record as asked, no
+        # database defaults read back.
+        return CreateResult(dataclasses.replace(job, created_at=None), created=True)
+
+    async def create_job(self, shard: int, params: CreateJobParams) -> CreateResult:
+        s = self._shard(shard)
+        async with self._lock:
+            return self._create(s, shard, params)
+
+    async def create_jobs(
+        self, shard: int, params: CreateJobsParams
+    ) -> list[CreateResult | Conflict]:
+        s = self._shard(shard)
+        out: list[CreateResult | Conflict] = []
+        async with self._lock:
+            # One statement in PostgreSQL: a refused id undoes the whole batch.
+            rows, keys = dict(s.rows), dict(s.keys)
+            # In order, under one lock: a key's second use in the batch meets
+            # the first's ledger entry, as it would meet a committed one.
+            for p in params.jobs:
+                try:
+                    out.append(self._create(s, shard, p))
+                except Conflict as exc:
+                    if "constraint" in exc.fields:
+                        s.rows, s.keys = rows, keys
+                        raise
+                    out.append(exc)
+        return out
 
     def _get(self, s: _Shard, job_id: uuid.UUID, owner: str, with_attempts: bool) -> JobRecord | None:
         row = s.rows.get(job_id)
@@ -124,11 +216,12 @@ class MemStore:
         if job is None or job.owner != owner:
             return None
         if with_attempts:
-            job = dataclasses.replace(job, attempts=tuple(s.attempts.get(job_id, ())))
+            logged = sorted(s.attempts.get(job_id, ()), key=lambda a: (a.attempt, a.finished_at))
+            job = dataclasses.replace(job, attempts=tuple(logged))
         return job
 
     async def get_job(self, shard: int, params: GetJobParams) -> JobRecord | None:
-        return self._get(self._shards[shard], params.id, params.owner, params.with_attempts)
+        return self._get(self._shard(shard), params.id, params.owner, params.with_attempts)
 
     def _scheduled(self, s: _Shard, job_id: uuid.UUID, owner: str, verb: str) -> _Row:
         row = s.rows.get(job_id)
@@ -144,20 +237,22 @@ class MemStore:
         return row
 
     async def reschedule_job(self, shard: int, params: RescheduleParams) -> JobRecord:
-        s = self._shards[shard]
+        s = self._shard(shard)
         async with self._lock:
             row = self._scheduled(s, params.id, params.owner, "rescheduled")
             row.job = dataclasses.replace(row.job, run_at=params.run_at)
             return row.job
 
     async def cancel_job(self, shard: int, params: CancelParams) -> JobRecord:
-        s = self._shards[shard]
+        s = self._shard(shard)
         async with self._lock:
             row = self._scheduled(s, params.id, params.owner, "cancelled")
             return self._to_history(s, row, JobStatus.CANCELLED, None, self._now(params.now))
 
+    # -- worker side ------------------------------------------------------
+
     async def claim_jobs(self, shard: int, params: ClaimParams) -> list[ClaimedJob]:
-        s = self._shards[shard]
+        s = self._shard(shard)
         async with self._lock:
             now = self._now(params.now)
             if params.window is None:
@@ -196,7 +291,7 @@ class MemStore:
             return out
 
     async def due_ahead(self, shard: int, params: DueAheadParams) -> list[DueSecond]:
-        s = self._shards[shard]
+        s = self._shard(shard)
         async with self._lock:
             now = self._now(params.now)
             horizon = now + timedelta(seconds=params.horizon_seconds)
@@ -217,7 +312,7 @@ class MemStore:
         return None
 
     async def heartbeat(self, shard: int, params: HeartbeatParams) -> set[uuid.UUID]:
-        s = self._shards[shard]
+        s = self._shard(shard)
         async with self._lock:
             now = self._now(params.now)
             kept = set()
@@ -230,7 +325,7 @@ class MemStore:
             return kept
 
     async def finish_jobs(self, shard: int, params: FinishParams) -> set[uuid.UUID]:
-        s = self._shards[shard]
+        s = self._shard(shard)
         async with self._lock:
             now = self._now(params.now)
             written = set()
@@ -254,7 +349,7 @@ class MemStore:
                         run_at=now + timedelta(seconds=res.retry_delay),
                         last_error=res.error,
                     )
-                    row.locked_by = row.lease_until = row.claimed_at = None
+                    self._free(row)
                 else:
                     status = {
                         Outcome.SUCCEEDED: JobStatus.SUCCEEDED,
@@ -263,39 +358,46 @@ class MemStore:
                     self._to_history(s, row, status, res.error, now)
             return written
 
-    async def release_jobs(
-        self,
-        shard: int,
-        leases: list[Lease],
-        refunds: list[bool] | None = None,
-        worker: str | None = None,
-    ) -> set[uuid.UUID]:
-        s = self._shards[shard]
-        refunds = refunds or [False] * len(leases)
+    async def release_jobs(self, shard: int, params: ReleaseParams) -> set[uuid.UUID]:
+        s = self._shard(shard)
+        refunds = params.refunds or (False,) * len(params.leases)
         async with self._lock:
+            now = self._now(params.now)
             released = set()
-            for lease, refund in zip(leases, refunds, strict=True):
+            for lease, refund in zip(params.leases, refunds, strict=True):
                 row = self._held(s, lease)
                 if row is None:
                     continue
                 row.job = dataclasses.replace(
                     row.job,
                     status=JobStatus.SCHEDULED,
-                    max_attempts=min(row.job.max_attempts + (1 if refund else 0), 100),
+                    max_attempts=min(row.job.max_attempts + (1 if refund else 0), _MAX_ATTEMPTS),
                 )
-                row.locked_by = row.lease_until = row.claimed_at = None
+                self._free(row)
+                if not refund:
+                    self._log(
+                        s,
+                        lease.id,
+                        AttemptRecord(
+                            lease.attempt, params.worker, None, now, "RELEASED",
+                            "worker stopped before the attempt finished", None,
+                        ),
+                    )
                 released.add(lease.id)
             return released
 
-    async def reap_expired(self, shard: int, limit: int = 1000, now: datetime | None = None) -> ReapResult:
-        s = self._shards[shard]
+    async def reap_expired(self, shard: int, params: ReapParams) -> ReapResult:
+        s = self._shard(shard)
         async with self._lock:
-            now = self._now(now)
-            expired = [
-                r
-                for r in s.rows.values()
-                if r.job.status is JobStatus.RUNNING and r.lease_until is not None and r.lease_until < now
-            ][:limit]
+            now = self._now(params.now)
+            expired = sorted(
+                (
+                    r
+                    for r in s.rows.values()
+                    if r.job.status is JobStatus.RUNNING and r.lease_until is not None and r.lease_until < now
+                ),
+                key=lambda r: r.lease_until or now,
+            )[: params.limit]
             again = dead = 0
             for row in expired:
                 self._log(
@@ -306,48 +408,76 @@ class MemStore:
                 error = f"lease expired (worker {row.locked_by or '?'})"
                 if row.job.attempt < row.job.max_attempts:
                     row.job = dataclasses.replace(row.job, status=JobStatus.SCHEDULED, last_error=error)
-                    row.locked_by = row.lease_until = row.claimed_at = None
+                    self._free(row)
                     again += 1
                 else:
                     self._to_history(s, row, JobStatus.FAILED, error + ", no attempts left", now)
                     dead += 1
             return ReapResult(rescheduled=again, failed=dead)
 
-    async def backlog(self, shard: int, now: datetime | None = None) -> BacklogStats:
-        now = self._now(now)
+    async def backlog(self, shard: int, params: BacklogParams) -> BacklogStats:
+        now = self._now(params.now)
         due = [
             r.job.run_at
-            for r in self._shards[shard].rows.values()
+            for r in self._shard(shard).rows.values()
             if not r.far and r.job.status is JobStatus.SCHEDULED and r.job.run_at <= now
         ]
         age = (now - min(due)).total_seconds() if due else 0.0
         return BacklogStats(due=len(due), oldest_due_age_seconds=age)
 
-    async def move_far_jobs(
-        self, shard: int, horizon_seconds: float, limit: int = 1000, now: datetime | None = None
-    ) -> int:
-        edge = self._now(now) + timedelta(seconds=horizon_seconds)
-        moved = 0
+    async def move_far_jobs(self, shard: int, params: MoveFarParams) -> int:
+        s = self._shard(shard)
         async with self._lock:
-            for row in self._shards[shard].rows.values():
-                if row.far and row.job.run_at <= edge and moved < limit:
-                    row.far = False
-                    moved += 1
-        return moved
+            edge = self._now(params.now) + timedelta(seconds=params.horizon_seconds)
+            due = sorted((r for r in s.rows.values() if r.far and r.job.run_at <= edge), key=lambda r: r.job.run_at)
+            for row in due[: params.limit]:
+                row.far = False
+            return min(len(due), params.limit)
 
-    async def revoke_replaced(self, shard: int, cron_id: uuid.UUID, keep: uuid.UUID) -> int:
-        s = self._shards[shard]
+    async def revoke_replaced(self, shard: int, params: RevokeReplacedParams) -> int:
+        s = self._shard(shard)
         async with self._lock:
+            now = self._now(params.now)
             running = [
                 r for r in s.rows.values()
-                if r.job.cron_id == cron_id and r.job.status is JobStatus.RUNNING and r.job.id != keep
+                if r.job.cron_id == params.cron_id and r.job.status is JobStatus.RUNNING and r.job.id != params.keep
             ]
             for row in running:
-                self._to_history(s, row, JobStatus.CANCELLED, "replaced by a newer occurrence", self._now())
+                self._to_history(
+                    s, row, JobStatus.CANCELLED, "replaced by a newer occurrence (concurrency REPLACE)", now
+                )
             return len(running)
 
-    async def worker_beat(self, shard: int, worker_id: str) -> None:
-        return None
+    async def worker_beat(self, shard: int, params: WorkerBeatParams) -> None:
+        self._shard(shard).beats[params.worker_id] = self._now()
 
-    async def workers_seen(self, shard: int, within_seconds: float = WORKER_SEEN_SECONDS) -> list[str]:
-        return []
+    async def workers_seen(self, shard: int, params: WorkersSeenParams) -> list[str]:
+        since = self._now() - timedelta(seconds=params.within_seconds)
+        return sorted(w for w, seen in self._shard(shard).beats.items() if seen > since)
+
+    async def maintain_history(
+        self, shard: int, params: MaintainHistoryParams
+    ) -> MaintenanceResult:
+        """History and attempt-log entries of days past the retention go, as
+        PostgreSQL drops their day partitions; so do keys of jobs no longer
+        pending. No partitions to make here."""
+        s = self._shard(shard)
+        async with self._lock:
+            today = params.today or self._now().date()
+            cutoff = today - timedelta(days=params.retention_days)
+            before = datetime.combine(cutoff, datetime.min.time(), tzinfo=UTC)
+            result = MaintenanceResult()
+            for job_id in [i for i, j in s.history.items() if j.finished_at and j.finished_at < before]:
+                del s.history[job_id]
+                result.purged_rows += 1
+            for job_id, logged in list(s.attempts.items()):
+                kept = [a for a in logged if a.finished_at >= before]
+                result.purged_rows += len(logged) - len(kept)
+                if kept:
+                    s.attempts[job_id] = kept
+                else:
+                    del s.attempts[job_id]
+            for key in [k for k, v in s.keys.items() if v.created_at < before and v.job_id not in s.rows]:
+                del s.keys[key]
+                result.purged_keys += 1
+            return result

@@ -1,21 +1,26 @@
 """The PostgreSQL store: one connection pool per shard, named queries only.
 
-psycopg errors are translated here, once: a shard that cannot be reached
-becomes :class:`ShardUnavailable` (the API answers 503, the worker backs off),
-never a 500.
+psycopg errors are translated here, once (:func:`translate_errors`, and
+:func:`wrap_exceptions` on every public method): a shard that cannot be
+reached becomes :class:`ShardUnavailable` (the API answers 503, the worker
+backs off), a unique violation a :class:`Conflict` naming its constraint,
+anything else a :class:`StoreError` with the shard and the SQLSTATE. No
+driver exception leaves this module or :mod:`cluster.store.postgres_cron`,
+which uses the same two.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
-from datetime import UTC, date, datetime, timedelta
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import sql
@@ -24,14 +29,16 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from cluster import metrics
-from cluster.errors import Conflict, NotFound, ShardUnavailable, VakitError
+from cluster.errors import Conflict, NotFound, ShardUnavailable, StoreError, VakitError
 from cluster.model import (
     AttemptRecord,
+    BacklogParams,
     BacklogStats,
     CancelParams,
     ClaimedJob,
     ClaimParams,
     CreateJobParams,
+    CreateJobsParams,
     CreateResult,
     DueAheadParams,
     DueSecond,
@@ -40,15 +47,21 @@ from cluster.model import (
     HeartbeatParams,
     JobRecord,
     JobStatus,
-    Lease,
+    MaintainHistoryParams,
     MaintenanceResult,
+    MoveFarParams,
+    ReapParams,
     ReapResult,
+    ReleaseParams,
     RescheduleParams,
+    RevokeReplacedParams,
+    WorkerBeatParams,
+    WorkersSeenParams,
 )
-from cluster.store.base import WORKER_SEEN_SECONDS
+from cluster.store.migrate import LATEST_VERSION
 from cluster.store.sql import QUERIES
 
-__all__ = ["BACKLOG_CAP", "PgStore"]
+__all__ = ["BACKLOG_CAP", "PgStore", "translate_errors", "wrap_exceptions"]
 
 BACKLOG_CAP = 1_000_000
 # A connection back from use this recently is not checked again before reuse.
@@ -57,6 +70,7 @@ _FRESH_SECONDS = 2.0
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
+M = TypeVar("M", bound=Callable[..., Coroutine[Any, Any, Any]])
 # Parsed targets by their JSON text. A wave fires many jobs at few targets:
 # each distinct target is parsed once. Shared, so never mutated.
 _TARGETS: dict[str, dict[str, Any]] = {}
@@ -84,6 +98,7 @@ def _claimed_row(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
 
     return make
 
+
 # Errors that mean "the shard cannot serve us right now", as opposed to a bug:
 # connection failures and shutdowns, a pool with no connection to give, and a
 # shard that refuses writes (a standby after failover, a read-only database).
@@ -100,7 +115,58 @@ def _unavailable(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.Error) and state[:2] in _UNAVAILABLE_CLASSES
 
 
+@contextmanager
+def translate_errors(shard: int) -> Iterator[None]:
+    """Turn any psycopg error raised inside into the project's own, once.
+
+    Unavailable → :class:`ShardUnavailable`; a unique violation →
+    :class:`Conflict` with ``constraint``; any other psycopg error →
+    :class:`StoreError` with ``sqlstate``. Our own errors pass untouched, so
+    nesting (a method over :meth:`PgStore.connection`) translates once.
+    Works around ``await``s: a plain ``with`` in a coroutine."""
+    try:
+        yield
+    except VakitError:
+        raise
+    except psycopg.errors.UniqueViolation as exc:
+        constraint = exc.diag.constraint_name
+        raise Conflict(
+            f"unique constraint {constraint} refused the write",
+            constraint=constraint,
+            shard=shard,
+            sqlstate=exc.sqlstate,
+        ) from exc
+    except psycopg.Error as exc:  # PoolTimeout is one too
+        if _unavailable(exc):
+            raise ShardUnavailable(
+                f"shard {shard} is unavailable: {type(exc).__name__}", shard=shard
+            ) from exc
+        raise StoreError(
+            f"shard {shard}: {type(exc).__name__}: {exc}".strip(),
+            shard=shard,
+            sqlstate=exc.sqlstate,
+        ) from exc
+
+
+def wrap_exceptions(method: M) -> M:
+    """:func:`translate_errors` around a store method whose first argument
+    after ``self`` is the shard (procrastinate's ``wrap_exceptions``). The
+    method keeps its exact signature, so the class still meets its protocol."""
+
+    @functools.wraps(method)
+    async def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        shard = args[0] if args else kwargs["shard"]
+        with translate_errors(shard):
+            return await method(self, *args, **kwargs)
+
+    return cast(M, wrapped)
+
+
 class PgStore:
+    """The :class:`~cluster.store.base.Store` contract on PostgreSQL shards."""
+
+    latest_schema_version = LATEST_VERSION
+
     def __init__(
         self,
         dsns: list[str],
@@ -163,20 +229,13 @@ class PgStore:
 
     @asynccontextmanager
     async def connection(self, shard: int) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection to ``shard`` (autocommit), errors translated."""
+        """A pooled connection to ``shard`` (autocommit); errors raised in the
+        block, by the pool or by a statement, come out translated."""
         if not 0 <= shard < self.shard_count:
             raise ValueError(f"shard {shard} out of range 0..{self.shard_count - 1}")
-        try:
+        with translate_errors(shard):
             async with self._pools[shard].connection() as conn:
                 yield conn
-        except VakitError:
-            raise
-        except Exception as exc:
-            if _unavailable(exc):
-                raise ShardUnavailable(
-                    f"shard {shard} is unavailable: {type(exc).__name__}", shard=shard
-                ) from exc
-            raise
 
     async def fetch(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Run the named query ``name`` on ``shard``; rows as dicts."""
@@ -210,8 +269,14 @@ class PgStore:
         gauges[1].set(stats.get("pool_available", 0))
         gauges[2].set(stats.get("requests_waiting", 0))
 
+    @wrap_exceptions
+    async def schema_version(self, shard: int) -> int:
+        rows = await self.fetch(shard, "schema_version", {})
+        return int(rows[0]["version"])
+
     # -- API side ---------------------------------------------------------
 
+    @wrap_exceptions
     async def create_job(self, shard: int, params: CreateJobParams) -> CreateResult:
         row = _job_row(params)
         async with self.connection(shard) as conn, conn.transaction(), conn.cursor() as cur:
@@ -225,22 +290,73 @@ class PgStore:
                     assert found is not None
                     first_id, fingerprint = found
                     if fingerprint != params.fingerprint:
-                        raise Conflict(
-                            "Idempotency-Key was already used with a different request body; "
-                            "use a new key for a different job",
-                            idempotency_key=params.idempotency_key,
-                            shard=shard,
-                        )
+                        raise _key_reused(params, shard)
                     existing = await self._get(conn, first_id, params.owner, with_attempts=False)
                     if existing is None:
-                        raise Conflict(
-                            "Idempotency-Key belongs to a job whose history has expired",
-                            idempotency_key=params.idempotency_key,
-                        )
+                        raise _key_expired(params, shard)
                     return CreateResult(existing, created=False)
             await cur.execute(QUERIES["insert_far_job" if params.far else "insert_job"], row)
         return CreateResult(_record_from_params(params), created=True)
 
+    @wrap_exceptions
+    async def create_jobs(
+        self, shard: int, params: CreateJobsParams
+    ) -> list[CreateResult | Conflict]:
+        jobs = params.jobs
+        # A key seen earlier in this batch is resolved against that first use
+        # below, never sent twice: ON CONFLICT would pick a winner by row order.
+        first_of: dict[tuple[str, str], int] = {}
+        sent: list[CreateJobParams] = []
+        for i, p in enumerate(jobs):
+            if p.idempotency_key is not None:
+                key = (p.owner, p.idempotency_key)
+                if key in first_of:
+                    continue
+                first_of[key] = i
+            sent.append(p)
+        not_created: set[uuid.UUID] = set()
+        if sent:
+            not_created = set(
+                await self.fetch_as(shard, "insert_jobs_batch", _batch_args(sent), scalar_row)
+            )
+        # The key's first body (its fingerprint) and first job, for the keys
+        # that existed before this batch.
+        ledger: dict[tuple[str, str], tuple[str | None, JobRecord | None]] = {}
+        if not_created:
+            repeats = [p for p in sent if p.id in not_created]
+            rows = await self.fetch(
+                shard,
+                "get_jobs_by_keys",
+                {"owners": [p.owner for p in repeats], "keys": [p.idempotency_key for p in repeats]},
+            )
+            for r in rows:
+                job = _record_from_row(r) if r["id"] is not None else None
+                ledger[(r["key_owner"], r["key"])] = (r["key_fingerprint"], job)
+        out: list[CreateResult | Conflict] = []
+        for i, p in enumerate(jobs):
+            if p.idempotency_key is None:
+                out.append(CreateResult(_record_from_params(p), created=True))
+                continue
+            key = (p.owner, p.idempotency_key)
+            first = first_of[key]
+            if first == i and p.id not in not_created:
+                created = CreateResult(_record_from_params(p), created=True)
+                out.append(created)
+                ledger[key] = (p.fingerprint, created.job)
+                continue
+            fingerprint, existing = ledger.get(key, (None, None))
+            if fingerprint is None:
+                # Neither inserted nor found: the key was purged in between.
+                out.append(Conflict("Idempotency-Key is being purged; retry", shard=shard))
+            elif fingerprint != p.fingerprint:
+                out.append(_key_reused(p, shard))
+            elif existing is None:
+                out.append(_key_expired(p, shard))
+            else:
+                out.append(CreateResult(existing, created=False))
+        return out
+
+    @wrap_exceptions
     async def get_job(self, shard: int, params: GetJobParams) -> JobRecord | None:
         async with self.connection(shard) as conn:
             return await self._get(conn, params.id, params.owner, params.with_attempts)
@@ -257,25 +373,7 @@ class PgStore:
             if with_attempts:
                 await cur.execute(QUERIES["get_attempts"], {"id": job_id})
                 attempts = tuple(AttemptRecord(**a) for a in await cur.fetchall())
-        return JobRecord(
-            id=row["id"],
-            owner=row["owner_service"],
-            type=row["type"],
-            status=JobStatus(row["status"]),
-            run_at=row["run_at"],
-            scheduled_for=row["scheduled_for"],
-            attempt=row["attempt"],
-            max_attempts=row["max_attempts"],
-            timeout_seconds=row["timeout_seconds"],
-            target=row["target"],
-            payload=row["payload"],
-            idempotency_key=row["idempotency_key"],
-            cron_id=row["cron_id"],
-            last_error=row["last_error"],
-            created_at=row["created_at"],
-            finished_at=row["finished_at"],
-            attempts=attempts,
-        )
+        return _record_from_row(row, attempts)
 
     async def _change(
         self, shard: int, job_id: uuid.UUID, owner: str, names: tuple[str, str], params: dict[str, Any], verb: str
@@ -298,6 +396,7 @@ class PgStore:
             job_status=job.status.value,
         )
 
+    @wrap_exceptions
     async def reschedule_job(self, shard: int, params: RescheduleParams) -> JobRecord:
         return await self._change(
             shard,
@@ -308,6 +407,7 @@ class PgStore:
             "rescheduled",
         )
 
+    @wrap_exceptions
     async def cancel_job(self, shard: int, params: CancelParams) -> JobRecord:
         return await self._change(
             shard,
@@ -320,6 +420,7 @@ class PgStore:
 
     # -- worker side ------------------------------------------------------
 
+    @wrap_exceptions
     async def claim_jobs(self, shard: int, params: ClaimParams) -> list[ClaimedJob]:
         return await self.fetch_as(
             shard,
@@ -337,6 +438,7 @@ class PgStore:
             _claimed_row,
         )
 
+    @wrap_exceptions
     async def due_ahead(self, shard: int, params: DueAheadParams) -> list[DueSecond]:
         rows = await self.fetch_as(
             shard,
@@ -346,6 +448,7 @@ class PgStore:
         )
         return [DueSecond(at, jobs) for at, jobs in rows]
 
+    @wrap_exceptions
     async def heartbeat(self, shard: int, params: HeartbeatParams) -> set[uuid.UUID]:
         rows = await self.fetch_as(
             shard,
@@ -361,6 +464,7 @@ class PgStore:
         )
         return set(rows)
 
+    @wrap_exceptions
     async def finish_jobs(self, shard: int, params: FinishParams) -> set[uuid.UUID]:
         results = params.results
         rows = await self.fetch_as(
@@ -382,68 +486,77 @@ class PgStore:
         )
         return set(rows)
 
-    async def release_jobs(
-        self,
-        shard: int,
-        leases: list[Lease],
-        refunds: list[bool] | None = None,
-        worker: str | None = None,
-    ) -> set[uuid.UUID]:
+    @wrap_exceptions
+    async def release_jobs(self, shard: int, params: ReleaseParams) -> set[uuid.UUID]:
+        leases = params.leases
         rows = await self.fetch_as(
             shard,
             "release_jobs",
             {
                 "ids": [x.id for x in leases],
                 "attempts": [x.attempt for x in leases],
-                "refunds": refunds if refunds is not None else [False] * len(leases),
-                "worker": worker,
+                "refunds": list(params.refunds) if params.refunds else [False] * len(leases),
+                "worker": params.worker,
+                "now": params.now,
             },
             scalar_row,
         )
         return set(rows)
 
-    async def reap_expired(self, shard: int, limit: int = 1000, now: datetime | None = None) -> ReapResult:
-        rows = await self.fetch(shard, "reap_expired", {"limit": limit, "now": now})
+    @wrap_exceptions
+    async def reap_expired(self, shard: int, params: ReapParams) -> ReapResult:
+        rows = await self.fetch(shard, "reap_expired", {"limit": params.limit, "now": params.now})
         return ReapResult(rescheduled=rows[0]["rescheduled"], failed=rows[0]["failed"])
 
-    async def move_far_jobs(
-        self, shard: int, horizon_seconds: float, limit: int = 1000, now: datetime | None = None
-    ) -> int:
+    @wrap_exceptions
+    async def move_far_jobs(self, shard: int, params: MoveFarParams) -> int:
         rows = await self.fetch(
-            shard, "move_far_jobs", {"horizon": horizon_seconds, "limit": limit, "now": now}
+            shard,
+            "move_far_jobs",
+            {"horizon": params.horizon_seconds, "limit": params.limit, "now": params.now},
         )
         return len(rows)
 
-    async def backlog(self, shard: int, now: datetime | None = None) -> BacklogStats:
-        rows = await self.fetch(shard, "backlog", {"now": now, "cap": BACKLOG_CAP})
+    @wrap_exceptions
+    async def backlog(self, shard: int, params: BacklogParams) -> BacklogStats:
+        rows = await self.fetch(shard, "backlog", {"now": params.now, "cap": BACKLOG_CAP})
         return BacklogStats(due=rows[0]["due"], oldest_due_age_seconds=float(rows[0]["oldest_age"]))
 
-    async def revoke_replaced(self, shard: int, cron_id: uuid.UUID, keep: uuid.UUID) -> int:
-        rows = await self.fetch(shard, "revoke_replaced", {"cron_id": cron_id, "keep": keep})
+    @wrap_exceptions
+    async def revoke_replaced(self, shard: int, params: RevokeReplacedParams) -> int:
+        rows = await self.fetch(
+            shard,
+            "revoke_replaced",
+            {"cron_id": params.cron_id, "keep": params.keep, "now": params.now},
+        )
         return len(rows)
 
-    async def schema_version(self, shard: int) -> int:
-        rows = await self.fetch(shard, "schema_version", {})
-        return int(rows[0]["version"])
+    @wrap_exceptions
+    async def worker_beat(self, shard: int, params: WorkerBeatParams) -> None:
+        await self.fetch(shard, "worker_beat", {"worker": params.worker_id})
 
-    async def worker_beat(self, shard: int, worker_id: str) -> None:
-        await self.fetch(shard, "worker_beat", {"worker": worker_id})
-
-    async def workers_seen(self, shard: int, within_seconds: float = WORKER_SEEN_SECONDS) -> list[str]:
-        rows = await self.fetch(shard, "workers_seen", {"within": within_seconds})
+    @wrap_exceptions
+    async def workers_seen(self, shard: int, params: WorkersSeenParams) -> list[str]:
+        rows = await self.fetch(shard, "workers_seen", {"within": params.within_seconds})
         return [r["worker_id"] for r in rows]
 
+    @wrap_exceptions
     async def maintain_history(
-        self, shard: int, retention_days: int, today: date | None = None, days_ahead: int = 7
+        self, shard: int, params: MaintainHistoryParams
     ) -> MaintenanceResult:
         """Day partitions ahead, old ones dropped, old keys purged (the janitor)."""
-        today = today or datetime.now(UTC).date()
         result = MaintenanceResult()
-        cutoff = today - timedelta(days=retention_days)
         async with self.connection(shard) as conn:
+            today = params.today
+            if today is None:
+                cur = await conn.execute(QUERIES["history_today"], {})
+                found = await cur.fetchone()
+                assert found is not None
+                today = found[0]
+            cutoff = today - timedelta(days=params.retention_days)
             cur = await conn.execute(
                 QUERIES["ensure_partitions"],
-                {"from": today - timedelta(days=1), "to": today + timedelta(days=days_ahead)},
+                {"from": today - timedelta(days=1), "to": today + timedelta(days=params.days_ahead)},
             )
             made = await cur.fetchone()
             result.made_partitions = made[0] if made else 0
@@ -464,6 +577,23 @@ class PgStore:
         return result
 
 
+def _key_reused(p: CreateJobParams, shard: int) -> Conflict:
+    return Conflict(
+        "Idempotency-Key was already used with a different request body; "
+        "use a new key for a different job",
+        idempotency_key=p.idempotency_key,
+        shard=shard,
+    )
+
+
+def _key_expired(p: CreateJobParams, shard: int) -> Conflict:
+    return Conflict(
+        "Idempotency-Key belongs to a job whose history has expired",
+        idempotency_key=p.idempotency_key,
+        shard=shard,
+    )
+
+
 def _job_row(p: CreateJobParams) -> dict[str, Any]:
     return {
         "id": p.id,
@@ -480,6 +610,62 @@ def _job_row(p: CreateJobParams) -> dict[str, Any]:
         "target": Jsonb(p.target),
         "payload": Jsonb(p.payload),
     }
+
+
+# One encoder, made once: json.dumps with any option builds a new one per call.
+_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
+def _batch_args(jobs: Sequence[CreateJobParams]) -> dict[str, Any]:
+    """One array per column (insert_jobs_batch), sent in binary."""
+    # Clients of the batch API often send one target for many jobs: each
+    # distinct object is encoded once.
+    encoded: dict[int, str] = {}
+
+    def text(value: Any) -> str:
+        found = encoded.get(id(value))
+        if found is None:
+            found = encoded[id(value)] = _JSON.encode(value)
+        return found
+
+    return {
+        "ids": [p.id for p in jobs],
+        "owners": [p.owner for p in jobs],
+        "keys": [p.idempotency_key for p in jobs],
+        "fingerprints": [p.fingerprint for p in jobs],
+        "types": [p.type for p in jobs],
+        "cron_ids": [p.cron_id for p in jobs],
+        "scheduled": [p.scheduled_for for p in jobs],
+        "run_at": [p.run_at for p in jobs],
+        "max_attempts": [p.max_attempts for p in jobs],
+        "timeouts": [p.timeout_seconds for p in jobs],
+        "target_kinds": [p.target_kind for p in jobs],
+        "targets": [text(p.target) for p in jobs],
+        "payloads": [text(p.payload) for p in jobs],
+        "far": [p.far for p in jobs],
+    }
+
+
+def _record_from_row(row: dict[str, Any], attempts: tuple[AttemptRecord, ...] = ()) -> JobRecord:
+    return JobRecord(
+        id=row["id"],
+        owner=row["owner_service"],
+        type=row["type"],
+        status=JobStatus(row["status"]),
+        run_at=row["run_at"],
+        scheduled_for=row["scheduled_for"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        timeout_seconds=row["timeout_seconds"],
+        target=row["target"],
+        payload=row["payload"],
+        idempotency_key=row["idempotency_key"],
+        cron_id=row["cron_id"],
+        last_error=row["last_error"],
+        created_at=row["created_at"],
+        finished_at=row["finished_at"],
+        attempts=attempts,
+    )
 
 
 def _record_from_params(p: CreateJobParams) -> JobRecord:

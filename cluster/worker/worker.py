@@ -38,6 +38,9 @@ from cluster.model import (
     ClaimParams,
     JobResult,
     Outcome,
+    ReleaseParams,
+    RevokeReplacedParams,
+    WorkerBeatParams,
 )
 from cluster.store.base import Store
 from cluster.targets import FireResult, Target
@@ -307,7 +310,7 @@ class Worker:
             metrics.CRON_MISSED.labels(_cron_label(job), "starting_deadline").inc()
             return self._result_for(entry, FireResult.skip("starting deadline passed"), started, lateness)
         if job.concurrency == "REPLACE" and job.cron_id is not None:
-            await self.store.revoke_replaced(shard, job.cron_id, job.id)
+            await self.store.revoke_replaced(shard, RevokeReplacedParams(job.cron_id, job.id))
         kind = job.target_kind
         self._metrics.note_start(shard, kind, lateness)
         entry.fired = True
@@ -386,7 +389,7 @@ class Worker:
         while not self._stopping.is_set():
             for shard in sorted(self.coordinator.owned_shards()):
                 try:
-                    await self.store.worker_beat(shard, self.worker_id)
+                    await self.store.worker_beat(shard, WorkerBeatParams(self.worker_id))
                 except Exception as exc:  # readiness only; never worth dying for
                     log.debug("beat failed: %s", exc, extra={"shard": shard})
             await self._sleep(5.0)
@@ -440,9 +443,11 @@ class Worker:
                 try:
                     await self.store.release_jobs(
                         shard,
-                        [e.job.lease for e in unfinished],
-                        [not e.fired for e in unfinished],
-                        self.worker_id,
+                        ReleaseParams(
+                            tuple(e.job.lease for e in unfinished),
+                            tuple(not e.fired for e in unfinished),
+                            self.worker_id,
+                        ),
                     )
                 except Exception as exc:
                     log.warning("release failed (leases will expire): %s", exc, extra={"shard": shard})

@@ -1,58 +1,61 @@
-"""The PostgreSQL store against a real server: claim, fence, retry, reap."""
+"""What only the PostgreSQL store has: statement metrics, day partitions,
+races between statements, and the translation of driver errors.
+
+The state machine's rules (claim, fencing, retries, reaper, release, cancel
+and reschedule, far and near, history, batch create) are held by the
+contract suite, tests/contract/test_store_contract.py, which runs them on
+this store and on the in-memory one alike.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 from prometheus_client import REGISTRY
 
 import shardmap
+from cluster.clock import FakeClock
 from cluster.coordination.base import StaticCoordinator
-from cluster.errors import Conflict, NotFound
+from cluster.errors import Conflict, ShardUnavailable, StoreError
+from cluster.leader.janitor import Janitor
 from cluster.leader.loop import LeaderLoop
 from cluster.leader.reaper import Reaper
 from cluster.model import (
     CancelParams,
+    ClaimedJob,
     ClaimParams,
+    CreateJobParams,
+    CreateJobsParams,
     FinishParams,
     GetJobParams,
-    HeartbeatParams,
     JobResult,
     JobStatus,
+    MaintainHistoryParams,
+    MoveFarParams,
     Outcome,
     RescheduleParams,
 )
-from cluster.store.postgres import PgStore
+from cluster.store.postgres import PgStore, translate_errors
 from tests.helpers import job_params
 
 pytestmark = pytest.mark.integration
 URL = "http://example.test/fire"
 
 
-def claim(worker: str = "w1", limit: int = 10, lease: float = 30, now: datetime | None = None) -> ClaimParams:
-    return ClaimParams(worker_id=worker, limit=limit, lease_seconds=lease, grace_seconds=0, now=now)
+def claim(worker: str = "w1", limit: int = 10, lease: float = 30) -> ClaimParams:
+    return ClaimParams(worker_id=worker, limit=limit, lease_seconds=lease, grace_seconds=0)
 
 
-def result(job, outcome: Outcome = Outcome.SUCCEEDED, delay: float = 0.0, error: str | None = None) -> JobResult:
-    return JobResult(job.lease, outcome, "w1", datetime.now(UTC), 0.01, error, delay)
+def result(job: ClaimedJob, outcome: Outcome = Outcome.SUCCEEDED) -> JobResult:
+    return JobResult(job.lease, outcome, "w1", datetime.now(UTC), 0.01)
 
 
-def shard_of(p) -> int:
+def shard_of(p: CreateJobParams) -> int:
     return shardmap.ShardMap(2).shard_of(p.id)
-
-
-async def test_claim_marks_running_and_bumps_attempt(store: PgStore) -> None:
-    p = job_params(URL)
-    await store.create_job(shard_of(p), p)
-    jobs = await store.claim_jobs(shard_of(p), claim())
-    assert [j.id for j in jobs] == [p.id]
-    assert jobs[0].attempt == 1
-    again = await store.claim_jobs(shard_of(p), claim("w2"))
-    assert again == []  # a RUNNING job is not claimed twice
-    rec = await store.get_job(shard_of(p), GetJobParams(p.id, "svc"))
-    assert rec is not None and rec.status is JobStatus.RUNNING
 
 
 def sample(name: str, **labels: str) -> float:
@@ -74,11 +77,6 @@ async def test_statement_time_and_pool_state_are_exported(store: PgStore) -> Non
     assert sample("vakit_db_pool_connections", shard=shard, state="waiting") == 0
 
 
-async def test_out_of_range_shard_is_a_value_error(store: PgStore) -> None:
-    with pytest.raises(ValueError, match="out of range"):
-        await store.claim_jobs(store.shard_count, claim())
-
-
 async def test_leader_loop_stamps_its_last_success(store: PgStore) -> None:
     loop = LeaderLoop(Reaper(store), StaticCoordinator("w1", 2), 2, 5.0)
     started = datetime.now(UTC).timestamp()
@@ -88,162 +86,97 @@ async def test_leader_loop_stamps_its_last_success(store: PgStore) -> None:
         assert stamp >= started - 1
 
 
-async def test_future_jobs_are_not_claimed(store: PgStore) -> None:
-    p = job_params(URL, run_at=datetime.now(UTC) + timedelta(minutes=5))
-    await store.create_job(shard_of(p), p)
-    assert await store.claim_jobs(shard_of(p), claim()) == []
+# -- driver errors stop at the boundary -------------------------------------------
 
 
-async def test_success_moves_to_history_with_attempt_log(store: PgStore) -> None:
+async def test_a_unique_violation_is_a_conflict_naming_its_constraint(store: PgStore) -> None:
     p = job_params(URL)
-    shard = shard_of(p)
-    await store.create_job(shard, p)
-    [job] = await store.claim_jobs(shard, claim())
-    written = await store.finish_jobs(shard, FinishParams((result(job),)))
-    assert written == {p.id}
-    rec = await store.get_job(shard, GetJobParams(p.id, "svc"))
-    assert rec is not None and rec.status is JobStatus.SUCCEEDED and rec.finished_at
-    assert [(a.attempt, a.outcome, a.worker) for a in rec.attempts] == [(1, "SUCCEEDED", "w1")]
+    await store.create_job(0, p)
+    with pytest.raises(Conflict) as caught:
+        await store.create_job(0, p)  # the same id again, no key to make it a repeat
+    assert caught.value.fields["constraint"] == "jobs_pkey"
+    assert caught.value.fields["sqlstate"] == "23505"
+    assert isinstance(caught.value.__cause__, psycopg.errors.UniqueViolation)
+    far = dataclasses.replace(job_params(URL, far=True), id=shardmap.new_uuid())
+    await store.create_job(0, far)
+    with pytest.raises(Conflict) as caught:
+        await store.create_jobs(0, CreateJobsParams((far,)))
+    assert caught.value.fields["constraint"] == "jobs_far_pkey"
 
 
-async def test_stale_completion_is_fenced(store: PgStore) -> None:
-    p = job_params(URL, max_attempts=3)
-    shard = shard_of(p)
-    await store.create_job(shard, p)
-    past = datetime.now(UTC) + timedelta(seconds=1)
-    [stale] = await store.claim_jobs(shard, claim("old", lease=0.001))
-    reaped = await store.reap_expired(shard, now=past + timedelta(seconds=5))
-    assert reaped.rescheduled == 1
-    [fresh] = await store.claim_jobs(shard, claim("new"))
-    assert fresh.attempt == stale.attempt + 1
-    # The stale worker wakes up: heartbeat and completion write nothing.
-    hb = HeartbeatParams((stale.lease,), lease_seconds=30, grace_seconds=0)
-    assert await store.heartbeat(shard, hb) == set()
-    assert await store.finish_jobs(shard, FinishParams((result(stale),))) == set()
-    assert await store.finish_jobs(shard, FinishParams((result(fresh),))) == {p.id}
-    rec = await store.get_job(shard, GetJobParams(p.id, "svc"))
-    assert rec is not None and rec.status is JobStatus.SUCCEEDED and rec.attempt == 2
-    assert [a.outcome for a in rec.attempts] == ["LEASE_EXPIRED", "SUCCEEDED"]
+async def test_a_statement_error_is_a_store_error_with_shard_and_sqlstate(store: PgStore) -> None:
+    # The CHECK constraint refuses it: a bug above the store, never a psycopg
+    # exception in the API or the worker.
+    bad = job_params(URL, max_attempts=0)
+    with pytest.raises(StoreError) as caught:
+        await store.create_job(1, bad)
+    assert caught.value.shard == 1 and caught.value.sqlstate == "23514"
+    assert caught.value.fields["shard"] == 1
+    assert isinstance(caught.value.__cause__, psycopg.errors.CheckViolation)
+    with pytest.raises(StoreError):
+        await store.create_jobs(1, CreateJobsParams((bad,)))
+    # A statement the server refuses to run at all (sent through the same
+    # translation PgCronStore uses).
+    with pytest.raises(StoreError) as caught:
+        async with store.connection(0) as conn:
+            await conn.execute("SELECT * FROM no_such_table")
+    assert caught.value.sqlstate == "42P01"
 
 
-async def test_retry_then_fail_after_max_attempts(store: PgStore) -> None:
-    p = job_params(URL, max_attempts=2)
-    shard = shard_of(p)
-    await store.create_job(shard, p)
-    [job] = await store.claim_jobs(shard, claim())
-    await store.finish_jobs(shard, FinishParams((result(job, Outcome.RETRY, 60, "HTTP 503"),)))
-    rec = await store.get_job(shard, GetJobParams(p.id, "svc"))
-    assert rec is not None and rec.status is JobStatus.SCHEDULED and rec.last_error == "HTTP 503"
-    assert rec.run_at > datetime.now(UTC) + timedelta(seconds=50)
-    later = datetime.now(UTC) + timedelta(seconds=61)
-    [job2] = await store.claim_jobs(shard, claim(now=later))
-    assert job2.attempt == 2
-    await store.finish_jobs(shard, FinishParams((result(job2, Outcome.FAILED, error="HTTP 503"),)))
-    rec = await store.get_job(shard, GetJobParams(p.id, "svc"))
-    assert rec is not None and rec.status is JobStatus.FAILED and rec.last_error == "HTTP 503"
-    assert len(rec.attempts) == 2
+async def test_translate_errors_leaves_other_errors_alone() -> None:
+    with pytest.raises(KeyError), translate_errors(0):
+        raise KeyError("not a driver error")
+    with pytest.raises(ShardUnavailable), translate_errors(3):
+        raise psycopg.OperationalError("connection refused")
 
 
-async def test_reaper_fails_job_without_attempts_left(store: PgStore) -> None:
-    p = job_params(URL, max_attempts=1)
-    shard = shard_of(p)
-    await store.create_job(shard, p)
-    await store.claim_jobs(shard, claim(lease=0.001))
-    out = await store.reap_expired(shard, now=datetime.now(UTC) + timedelta(seconds=5))
-    assert (out.rescheduled, out.failed) == (0, 1)
-    rec = await store.get_job(shard, GetJobParams(p.id, "svc"))
-    assert rec is not None and rec.status is JobStatus.FAILED and "lease expired" in (rec.last_error or "")
+async def test_an_unreachable_shard_is_unavailable() -> None:
+    store = PgStore(["postgresql://vakit@127.0.0.1:1/nothing"], timeout=1.0)
+    await store.open()
+    try:
+        with pytest.raises(ShardUnavailable) as caught:
+            await store.claim_jobs(0, claim())
+        assert caught.value.shard == 0
+    finally:
+        await store.close()
 
 
-async def test_heartbeat_extends_lease(store: PgStore) -> None:
-    p = job_params(URL)
-    shard = shard_of(p)
-    await store.create_job(shard, p)
-    [job] = await store.claim_jobs(shard, claim(lease=1))
-    kept = await store.heartbeat(shard, HeartbeatParams((job.lease,), lease_seconds=600, grace_seconds=0))
-    assert kept == {p.id}
-    out = await store.reap_expired(shard, now=datetime.now(UTC) + timedelta(seconds=60))
-    assert out.rescheduled == 0
-
-
-async def test_idempotent_create_returns_first_job(store: PgStore) -> None:
-    p1 = job_params(URL, key="order-1")
-    p2 = job_params(URL, key="order-1")  # same key, a new id (same slot)
-    shard = shard_of(p1)
-    assert shard == shard_of(p2)
-    first = await store.create_job(shard, p1)
-    second = await store.create_job(shard, p2)
-    assert first.created and not second.created
-    assert second.job.id == p1.id
-
-
-async def test_key_reuse_with_other_body_conflicts(store: PgStore) -> None:
-    p1 = job_params(URL, key="k")
-    await store.create_job(shard_of(p1), p1)
-    other = job_params(URL, key="k")
-    other = type(other)(**{**other.__dict__, "fingerprint": "different"})
-    with pytest.raises(Conflict):
-        await store.create_job(shard_of(other), other)
-
-
-async def test_concurrent_idempotent_creates_make_one_job(store: PgStore) -> None:
-    params = [job_params(URL, key="same-key") for _ in range(20)]
-    shard = shard_of(params[0])
-    results = await asyncio.gather(*(store.create_job(shard, p) for p in params))
-    assert sum(r.created for r in results) == 1
-    assert len({r.job.id for r in results}) == 1
-
-
-async def test_patch_and_cancel_only_while_scheduled(store: PgStore) -> None:
-    p = job_params(URL, run_at=datetime.now(UTC) + timedelta(minutes=10))
-    shard = shard_of(p)
-    await store.create_job(shard, p)
-    new_time = datetime.now(UTC) - timedelta(seconds=1)
-    rec = await store.reschedule_job(shard, RescheduleParams(p.id, "svc", new_time))
-    assert rec.run_at == new_time
-    await store.claim_jobs(shard, claim())
-    with pytest.raises(Conflict):
-        await store.reschedule_job(shard, RescheduleParams(p.id, "svc", new_time))
-    with pytest.raises(Conflict):
-        await store.cancel_job(shard, CancelParams(p.id, "svc"))
-    with pytest.raises(NotFound):
-        await store.cancel_job(shard, CancelParams(p.id, "other-owner"))
-
-
-async def test_far_jobs_are_visible_and_moved(store: PgStore) -> None:
-    run_at = datetime.now(UTC) + timedelta(hours=3)
-    p = job_params(URL, run_at=run_at, far=True)
-    shard = shard_of(p)
-    await store.create_job(shard, p)
-    rec = await store.get_job(shard, GetJobParams(p.id, "svc"))
-    assert rec is not None and rec.status is JobStatus.SCHEDULED
-    assert await store.move_far_jobs(shard, horizon_seconds=3600) == 0
-    assert await store.move_far_jobs(shard, horizon_seconds=4 * 3600) == 1
-    rec = await store.get_job(shard, GetJobParams(p.id, "svc"))
-    assert rec is not None and rec.run_at == run_at
-    cancelled = await store.cancel_job(shard, CancelParams(p.id, "svc"))
-    assert cancelled.status is JobStatus.CANCELLED
-
-
-async def test_release_refunds_unfired_attempts(store: PgStore) -> None:
-    p = job_params(URL, max_attempts=1)
-    shard = shard_of(p)
-    await store.create_job(shard, p)
-    [job] = await store.claim_jobs(shard, claim())
-    assert await store.release_jobs(shard, [job.lease], [True]) == {p.id}
-    [again] = await store.claim_jobs(shard, claim())
-    assert again.attempt == 2 and again.max_attempts == 2
+# -- day partitions (the janitor) -----------------------------------------------------
 
 
 async def test_janitor_makes_and_drops_day_partitions(store: PgStore) -> None:
     today = datetime.now(UTC).date()
     far_past = today - timedelta(days=40)
-    first = await store.maintain_history(0, retention_days=30, today=far_past)
+    first = await store.maintain_history(0, MaintainHistoryParams(30, today=far_past))
     assert first.made_partitions > 0
-    result = await store.maintain_history(0, retention_days=30, today=today)
+    result = await store.maintain_history(0, MaintainHistoryParams(30, today=today))
     assert result.dropped_partitions and all(
         n[-8:] < (today - timedelta(days=30)).strftime("%Y%m%d") for n in result.dropped_partitions
     )
+
+
+async def test_janitor_takes_today_from_its_clock_or_the_database(store: PgStore) -> None:
+    today = datetime.now(UTC).date()
+    # An injected clock 40 days back makes that day's partitions...
+    clock = FakeClock(datetime.now(UTC) - timedelta(days=40))
+    await Janitor(store, 30, clock).run_once(0)
+    # ...and the database's today, without a clock, drops them.
+    dropped = await Janitor(store, 30).run_once(0)
+    assert dropped > 0
+    again = await store.maintain_history(0, MaintainHistoryParams(30))
+    assert again.dropped_partitions == [] and again.made_partitions == 0
+    names = await store.fetch(0, "list_partitions", {})
+    assert f"job_history_p{today:%Y%m%d}" in {r["name"] for r in names}
+
+
+async def test_two_janitors_at_once_both_succeed(store: PgStore) -> None:
+    day = datetime.now(UTC).date() + timedelta(days=100)
+    params = MaintainHistoryParams(30, today=day)
+    results = await asyncio.gather(*(store.maintain_history(0, params) for _ in range(3)))
+    assert sum(r.made_partitions for r in results) == 2 * 8  # two tables, 8 days, made once
+
+
+# -- races between statements -----------------------------------------------------------
 
 
 async def test_jobs_are_found_while_the_mover_runs(store: PgStore) -> None:
@@ -257,7 +190,7 @@ async def test_jobs_are_found_while_the_mover_runs(store: PgStore) -> None:
     async def mover() -> int:
         moved = 0
         for shard in (0, 1):
-            while n := await store.move_far_jobs(shard, horizon_seconds=3 * 3600, limit=20):
+            while n := await store.move_far_jobs(shard, MoveFarParams(3 * 3600, limit=20)):
                 moved += n
                 await asyncio.sleep(0)
         stop.set()

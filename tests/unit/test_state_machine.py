@@ -1,5 +1,11 @@
-"""The job state machine, driven through the real Worker on the in-memory
-store with a fake clock and a fake target: no server, no sleeping."""
+"""The job state machine as the Worker drives it, on the in-memory store with
+a fake clock and a fake target: no server, no sleeping.
+
+The store's own rules (claim, fencing, retries, reaper, release, cancel and
+reschedule, far and near, history) are held by the contract suite,
+tests/contract/test_store_contract.py, against this store and PostgreSQL
+alike; here are the rules the Worker adds on top (backoff, max attempts,
+timeouts, heartbeats, preloading, graceful stop)."""
 
 from __future__ import annotations
 
@@ -14,15 +20,13 @@ import shardmap
 from cluster.clock import FakeClock
 from cluster.config import Settings
 from cluster.coordination.base import StaticCoordinator
-from cluster.errors import Conflict, NotFound
 from cluster.leader.reaper import Reaper
 from cluster.model import (
-    CancelParams,
     ClaimedJob,
     CreateJobParams,
     GetJobParams,
+    JobRecord,
     JobStatus,
-    RescheduleParams,
 )
 from cluster.store.memory import MemStore
 from cluster.targets import FireResult
@@ -34,6 +38,7 @@ T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 class FakeTarget:
     kind = "HTTP"
+    enforces_timeout = False  # the worker times each firing
 
     def __init__(self, respond: Callable[[ClaimedJob], Awaitable[FireResult]] | None = None) -> None:
         self.calls: list[tuple[str, int]] = []
@@ -100,7 +105,7 @@ async def settle(worker: Worker) -> None:
     await worker.flush_once(0, wait=False)
 
 
-async def status(store: MemStore, p: CreateJobParams):  # type: ignore[no-untyped-def]
+async def status(store: MemStore, p: CreateJobParams) -> JobRecord:
     job = await store.get_job(0, GetJobParams(p.id, "svc"))
     assert job is not None
     return job
@@ -333,9 +338,8 @@ async def test_a_large_instant_starts_in_slices(monkeypatch: pytest.MonkeyPatch)
     due = datetime.now(UTC) + timedelta(seconds=0.2)
     for _ in range(25):
         await add_job(store, run_at=due)
-    fired: list[str] = []
     target = FakeTarget()
-    target.calls = fired  # type: ignore[assignment]
+    fired = target.calls
     worker = Worker(settings(prefetch_seconds=5), store, StaticCoordinator("w1", 1), {"HTTP": target}, worker_id="w1")
     assert await worker.run_once(0) == 25
     seen: list[int] = []
@@ -372,22 +376,3 @@ async def test_stop_during_a_sliced_instant_releases_the_rest(monkeypatch: pytes
     assert done == fired  # what fired was recorded, once
     assert len(back) == 25 - len(fired)
     assert all(j.max_attempts == 2 for j in back)  # never fired: the attempt is refunded
-
-
-async def test_patch_and_cancel_rules(store: MemStore, clock: FakeClock) -> None:
-    p = await add_job(store, run_at=T0 + timedelta(minutes=1))
-    moved = await store.reschedule_job(0, RescheduleParams(p.id, "svc", T0))
-    assert moved.run_at == T0
-    with pytest.raises(NotFound):
-        await store.cancel_job(0, CancelParams(p.id, "other"))
-    worker = make_worker(store, clock, FakeTarget(lambda job: asyncio.sleep(3600)))  # type: ignore[arg-type,return-value]
-    await worker.run_once(0)
-    with pytest.raises(Conflict):
-        await store.reschedule_job(0, RescheduleParams(p.id, "svc", T0))
-    with pytest.raises(Conflict):
-        await store.cancel_job(0, CancelParams(p.id, "svc"))
-    await worker.stop(grace=0)
-    cancelled = await store.cancel_job(0, CancelParams(p.id, "svc"))
-    assert cancelled.status is JobStatus.CANCELLED
-    with pytest.raises(Conflict):
-        await store.cancel_job(0, CancelParams(p.id, "svc"))

@@ -38,6 +38,76 @@ INSERT INTO jobs_far (id, owner_service, idempotency_key, type, cron_id, schedul
 VALUES (%(id)s, %(owner)s, %(key)s, %(type)s, %(cron_id)s, %(scheduled_for)s, %(run_at)s,
         %(max_attempts)s, %(timeout_seconds)s, %(target_kind)s, %(target)s, %(payload)s);
 
+-- name: insert_jobs_batch
+-- A batch of creates in one statement (the batch API): the idempotency
+-- ledger first, then the near and far tables, each one set-based insert. A
+-- key that exists inserts nothing, and neither does its job. Returns the ids
+-- of keyed jobs NOT created (repeats or conflicts, told apart by
+-- get_jobs_by_keys): none in the common case. The store sends each key once
+-- per batch and resolves repeats inside a batch itself. Targets and payloads
+-- come as JSON text; the cast parses them here.
+WITH v AS (
+    SELECT * FROM unnest(%(ids)b::uuid[], %(owners)b::text[], %(keys)b::text[],
+                         %(fingerprints)b::text[], %(types)b::text[], %(cron_ids)b::uuid[],
+                         %(scheduled)b::timestamptz[], %(run_at)b::timestamptz[],
+                         %(max_attempts)b::int[], %(timeouts)b::int[], %(target_kinds)b::text[],
+                         %(targets)b::text[], %(payloads)b::text[], %(far)b::bool[])
+           AS v(id, owner_service, idempotency_key, fingerprint, type, cron_id, scheduled_for,
+                run_at, max_attempts, timeout_seconds, target_kind, target, payload, far)
+),
+keyed AS (
+    INSERT INTO job_keys (owner_service, idempotency_key, job_id, fingerprint)
+    SELECT owner_service, idempotency_key, id, fingerprint FROM v
+     WHERE idempotency_key IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
+),
+fresh AS (
+    SELECT * FROM v WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM keyed)
+),
+near_rows AS (
+    INSERT INTO jobs (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+                      max_attempts, timeout_seconds, target_kind, target, payload)
+    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+           max_attempts, timeout_seconds, target_kind, target::jsonb, payload::jsonb
+      FROM fresh WHERE NOT far
+),
+far_rows AS (
+    INSERT INTO jobs_far (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+                          max_attempts, timeout_seconds, target_kind, target, payload)
+    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+           max_attempts, timeout_seconds, target_kind, target::jsonb, payload::jsonb
+      FROM fresh WHERE far
+)
+SELECT id FROM v
+ WHERE idempotency_key IS NOT NULL AND id NOT IN (SELECT job_id FROM keyed);
+
+-- name: get_jobs_by_keys
+-- The ledger rows of keys that exist, each with its first job (far, near,
+-- then history, as get_job); the job columns are NULL when its history has
+-- expired. A separate statement from insert_jobs_batch: it must see a key a
+-- concurrent create committed while our insert waited on it.
+SELECT k.owner_service AS key_owner, k.idempotency_key AS key, k.fingerprint AS key_fingerprint,
+       j.*
+  FROM unnest(%(owners)b::text[], %(keys)b::text[]) AS v(owner_service, idempotency_key)
+  JOIN job_keys k ON k.owner_service = v.owner_service AND k.idempotency_key = v.idempotency_key
+  LEFT JOIN LATERAL (
+    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, status,
+           attempt, max_attempts, timeout_seconds, target, payload, last_error, created_at,
+           NULL::timestamptz AS finished_at
+      FROM jobs_far WHERE id = k.job_id
+    UNION ALL
+    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, status,
+           attempt, max_attempts, timeout_seconds, target, payload, last_error, created_at, NULL
+      FROM jobs WHERE id = k.job_id
+    UNION ALL
+    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, status,
+           attempt, max_attempts, timeout_seconds, target, payload, last_error, created_at,
+           finished_at
+      FROM job_history WHERE id = k.job_id
+    LIMIT 1
+  ) j ON true;
+
 -- name: get_job
 -- Far, then near, then history: the order in which a job moves, so a job
 -- that moves between two reads is still found.
@@ -236,7 +306,7 @@ released AS (
 ),
 log AS (
     INSERT INTO job_attempts (job_id, attempt, worker, finished_at, outcome, error)
-    SELECT id, attempt, worker, now(), 'RELEASED', 'worker stopped before the attempt finished'
+    SELECT id, attempt, worker, coalesce(%(now)s, now()), 'RELEASED', 'worker stopped before the attempt finished'
       FROM released WHERE NOT refund
 )
 SELECT id FROM released;
@@ -317,6 +387,10 @@ ON CONFLICT (worker_id) DO UPDATE SET last_seen = excluded.last_seen;
 SELECT worker_id, last_seen FROM worker_beats
  WHERE last_seen > now() - make_interval(secs => %(within)s)
  ORDER BY worker_id;
+
+-- name: history_today
+-- The janitor's "today" when no clock gives it: the database's, in UTC.
+SELECT (now() AT TIME ZONE 'UTC')::date AS today;
 
 -- name: ensure_partitions
 SELECT vakit_ensure_day_partitions('job_history', %(from)s::date, %(to)s::date)
@@ -482,7 +556,7 @@ INSERT INTO job_history (id, owner_service, idempotency_key, type, cron_id, sche
                          payload, last_error, created_at, finished_at)
 SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, 'CANCELLED',
        attempt, max_attempts, timeout_seconds, target_kind, target, payload,
-       'replaced by a newer occurrence (concurrency REPLACE)', created_at, now()
+       'replaced by a newer occurrence (concurrency REPLACE)', created_at, coalesce(%(now)s, now())
   FROM gone
 RETURNING id;
 
