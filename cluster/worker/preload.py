@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from cluster.clock import Clock
-from cluster.model import ClaimedJob, ClaimParams, DueAheadParams, DueSecond
+from cluster.model import ClaimedJob, ClaimParams, DueAheadParams, DueSecond, WorkersSeenParams
 from cluster.store.base import Store
 
 __all__ = [
@@ -177,7 +177,7 @@ class Preloader:
         return claimed
 
     async def _count_workers(self, shard: int, now: datetime) -> int:
-        seen = set(await self.store.workers_seen(shard))
+        seen = set(await self.store.workers_seen(shard, WorkersSeenParams()))
         seen.add(self.worker_id)
         self._peers[shard] = (now, len(seen))
         return len(seen)

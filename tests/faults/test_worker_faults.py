@@ -200,6 +200,47 @@ def test_killed_worker_loses_none_of_its_preloaded_jobs(
     assert b.metric(SUCCEEDED) == len(jobs)
 
 
+def test_killed_worker_gives_back_a_wave_it_preloaded_by_itself(
+    procs: ProcessHarness, sink: FaultSink, shard_dsns: list[str]
+) -> None:
+    # No preloading knob set: worker-a sees a wave coming (1,500 jobs per
+    # shard due in the same second, more than its regular claims start on
+    # time) and claims it ahead, held in its timing wheel. SIGKILLed before
+    # the instant, it fires none of them; after their leases (which run from
+    # run_at) worker-b fires each one, once.
+    n = 3_000
+    a = procs.worker("worker-a").wait_ready()
+    due = datetime.now(UTC) + timedelta(seconds=8)
+    ids = copy_jobs(shard_dsns, n, sink.url, due=due, timeout=2)
+    wait_for(
+        lambda: tally(shard_dsns, "SELECT status || ':' || attempt || ':' || locked_by, count(*) FROM jobs GROUP BY 1")
+        == {"RUNNING:1:worker-a": n},
+        timeout=30,
+        interval=0.25,
+        what="worker-a preloading the whole wave",
+    )
+    assert sink.count() == 0 and datetime.now(UTC) < due  # held, not fired
+    a.sigkill()
+    b = procs.worker("worker-b").wait_ready()
+    wait_for(
+        lambda: total(shard_dsns, "SELECT count(*) FROM job_history") >= n,
+        timeout=120,
+        interval=0.25,
+        what=f"{n} jobs in history",
+    )
+    assert total(shard_dsns, "SELECT count(*) FROM jobs") == 0
+    assert tally(shard_dsns, "SELECT status || ':' || attempt, count(*) FROM job_history GROUP BY 1") == {
+        "SUCCEEDED:2": n
+    }
+    assert tally(
+        shard_dsns, "SELECT attempt || ':' || outcome || ':' || worker, count(*) FROM job_attempts GROUP BY 1"
+    ) == {"1:LEASE_EXPIRED:worker-a": n, "2:SUCCEEDED:worker-b": n}
+    firings = sink.by_job()
+    assert set(firings) == set(ids)
+    assert all([f.attempt for f in firings[i]] == [2] for i in ids)  # never fired by worker-a
+    assert b.metric(SUCCEEDED) == n
+
+
 # -- 2. SIGSTOP past the lease, SIGCONT after another worker finished --------------------
 
 
@@ -251,9 +292,12 @@ def test_paused_worker_writes_nothing_for_a_job_it_lost(
 # -- 3. a wave: 10,000 jobs due at once ----------------------------------------------------
 
 
-def copy_jobs(dsns: list[str], count: int, url: str) -> list[str]:
-    """``count`` jobs due now, COPYed into the shards their ids route to."""
-    due = datetime.now(UTC) - timedelta(seconds=1)
+def copy_jobs(
+    dsns: list[str], count: int, url: str, *, due: datetime | None = None, timeout: int = 30
+) -> list[str]:
+    """``count`` jobs due at ``due`` (default: now), COPYed into the shards
+    their ids route to."""
+    due = due or datetime.now(UTC) - timedelta(seconds=1)
     by_shard: dict[int, list[Any]] = {i: [] for i in range(len(dsns))}
     for _ in range(count):
         job_id = shardmap.new_uuid()
@@ -268,7 +312,7 @@ def copy_jobs(dsns: list[str], count: int, url: str) -> list[str]:
             ) as copy:
                 for job_id in ids:
                     copy.write_row(
-                        (job_id, OWNER, "WAVE", due, due, 3, 30, "HTTP", target, payload)
+                        (job_id, OWNER, "WAVE", due, due, 3, timeout, "HTTP", target, payload)
                     )
     return [shardmap.encode_id("job", i) for ids in by_shard.values() for i in ids]
 
@@ -408,13 +452,11 @@ def test_shard_outage_answers_503_and_loses_nothing(
 
         wait_for(lambda: finished(dsns, jobs) == len(jobs), timeout=60, what="every job to finish")
         for job_id in created:
-            wait_for(
-                lambda job_id=job_id: (
-                    client.get(f"/api/v1/jobs/{job_id}").json().get("status") == "SUCCEEDED"
-                ),
-                timeout=30,
-                what=f"{job_id} created during the outage to succeed",
-            )
+
+            def succeeded(job_id: str = job_id) -> bool:
+                return bool(client.get(f"/api/v1/jobs/{job_id}").json().get("status") == "SUCCEEDED")
+
+            wait_for(succeeded, timeout=30, what=f"{job_id} created during the outage to succeed")
         # The API reaches the shard again; the key that was refused works now.
         resp = client.get(f"/api/v1/jobs/{on_down}")
         assert resp.status_code == 200 and resp.json()["status"] == "SUCCEEDED", resp.text

@@ -24,6 +24,7 @@ from cluster.model import (
     FinishParams,
     GetJobParams,
     JobStatus,
+    WorkerBeatParams,
 )
 from cluster.store.memory import MemStore
 from cluster.targets import FireResult
@@ -182,6 +183,32 @@ async def test_preloading_off_with_a_zero_budget() -> None:
         assert await w.preload_once(0) == 0 and w.inflight_count == 0
     finally:
         await w.stop(grace=0)
+
+
+async def test_workers_on_a_shard_take_their_shares() -> None:
+    clock = FakeClock(T0)
+    store = MemStore(1, clock)
+    jobs = await add_jobs(store, WAVE_AT, 12_000)
+    # Both poll the shard (their beat loops say so), and look ahead in turn.
+    for name in ("a", "b"):
+        await store.worker_beat(0, WorkerBeatParams(name))
+    a, b = worker(store, clock, "a"), worker(store, clock, "b")
+    a.preloader.round_jobs = b.preloader.round_jobs = 1_000
+    try:
+        while (await a.preload_once(0)) + (await b.preload_once(0)):
+            pass
+        # Each took half of what was preloaded, give or take the last round;
+        # neither hoarded the wave.
+        assert a.preloaded_count > 0 and b.preloaded_count > 0
+        assert abs(a.preloaded_count - b.preloaded_count) <= 1_000
+        # What is left is no wave for two workers: the regular claims take
+        # it at its time.
+        left = (await statuses(store, jobs))[JobStatus.SCHEDULED]
+        assert left == 12_000 - a.preloaded_count - b.preloaded_count
+        assert left <= 2 * THRESHOLD
+    finally:
+        await a.stop(grace=0)
+        await b.stop(grace=0)
 
 
 async def test_a_lone_worker_takes_the_wave_until_what_is_left_is_none() -> None:
