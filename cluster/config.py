@@ -126,6 +126,24 @@ class Settings(BaseSettings):
         60.0, ge=0, description="A slot later than this is a misfire (policy applies)."
     )
     cron_catchup_cap: int = Field(100, ge=0, description="RUN_ALL runs at most this many missed slots.")
+    cron_max_lookahead_seconds: float = Field(
+        900.0,
+        gt=0,
+        description="How far ahead the materializer may start a large instant (a round hour "
+        "shared by many crons) so that all of it exists before it is due.",
+    )
+    cron_page_size: int = Field(
+        2000, ge=1, le=50_000, description="Due crons planned and written per statement."
+    )
+    cron_max_clock_skew_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="A materializer pass is refused when this process's clock and the "
+        "shard's now() differ by more (a clock jump would misfire slots).",
+    )
+    cron_last_success_interval_seconds: float = Field(
+        60.0, ge=0, description="How often the silent-cron gauge is refreshed from the shards."
+    )
     materializer_interval: float = Field(5.0, gt=0)
 
     # -- housekeeping -------------------------------------------------------

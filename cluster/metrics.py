@@ -15,6 +15,7 @@ __all__ = [
     "BACKLOG",
     "CLAIMED",
     "COMPLETED",
+    "CRON_CLOCK_SKEW_REFUSED",
     "CRON_LAST_SUCCESS",
     "CRON_MATERIALIZED",
     "CRON_MISSED",
@@ -117,6 +118,12 @@ CRON_MISSED = Counter(
     "vakit_cron_missed_total",
     "Cron slots not run, by reason (misfire cap, SKIP policy, starting deadline).",
     ["cron", "reason"],
+)
+CRON_CLOCK_SKEW_REFUSED = Counter(
+    "vakit_cron_clock_skew_refusals_total",
+    "Materializer passes not run because this process's clock and the shard's "
+    "now() disagreed by more than the bound (a clock jump would misfire slots).",
+    ["shard"],
 )
 CRON_SKIPPED = Counter(
     "vakit_cron_skipped_total",

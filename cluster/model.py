@@ -28,27 +28,39 @@ __all__ = [
     "CreateResult",
     "CronRecord",
     "CronRun",
+    "CronRunsParams",
+    "DeleteCronParams",
     "DueAheadParams",
+    "DueCountsParams",
+    "DueCron",
+    "DueCronsParams",
     "DueSecond",
     "FinishParams",
+    "GetCronParams",
     "GetJobParams",
     "HeartbeatParams",
     "JobRecord",
     "JobResult",
     "JobStatus",
     "Lease",
+    "ListCronsParams",
     "MaintainHistoryParams",
     "MaintenanceResult",
+    "MaterializeBatchParams",
     "MaterializeParams",
+    "MaterializeResult",
     "MoveFarParams",
     "Occurrence",
     "Outcome",
     "PendingInfo",
+    "PendingParams",
     "ReapParams",
     "ReapResult",
     "ReleaseParams",
     "RescheduleParams",
     "RevokeReplacedParams",
+    "TriggerCronParams",
+    "WaitingCronsParams",
     "WorkerBeatParams",
     "WorkersSeenParams",
 ]
@@ -461,3 +473,115 @@ class MaterializeParams:
     last_fire: datetime | None
     missed: int = 0
     skipped: int = 0
+
+
+@dataclass(frozen=True)
+class GetCronParams:
+    id: uuid.UUID
+    owner: str
+
+
+@dataclass(frozen=True)
+class ListCronsParams:
+    """A page of an owner's crons by name, after the name ``after``."""
+
+    owner: str
+    after: str = ""
+    limit: int = 50
+
+
+@dataclass(frozen=True)
+class DeleteCronParams:
+    id: uuid.UUID
+    owner: str
+
+
+@dataclass(frozen=True)
+class TriggerCronParams:
+    """One extra occurrence of ``cron``, outside its schedule."""
+
+    cron: CronRecord
+    occurrence: Occurrence
+
+
+@dataclass(frozen=True)
+class CronRunsParams:
+    cron_id: uuid.UUID
+    limit: int = 50
+
+
+class DueCron(NamedTuple):
+    """What the materializer plans from: a cron's timing, not its target or
+    payload (the write copies those inside the database). A named tuple,
+    made straight from a row: a pass reads thousands."""
+
+    id: uuid.UUID
+    schedule: str
+    schedule_kind: str
+    time_zone: str
+    anchor: datetime
+    misfire_policy: str
+    concurrency: str
+    jitter_seconds: int
+    starting_deadline_seconds: int | None
+    next_fire_at: datetime | None
+
+    @property
+    def id_text(self) -> str:
+        return shardmap.encode_id("cron", self.id)
+
+
+@dataclass(frozen=True)
+class DueCronsParams:
+    """Enabled crons with ``next_fire_at <= until``, in (next_fire_at, id)
+    order, after the keyset position ``after`` (None: from the start)."""
+
+    until: datetime
+    after: tuple[datetime, uuid.UUID] | None = None
+    limit: int = 2000
+
+
+@dataclass(frozen=True)
+class DueCountsParams:
+    """How many enabled crons are due in each second up to ``until``; the
+    overdue ones (before ``now``) are counted in ``now``'s second."""
+
+    now: datetime
+    until: datetime
+
+
+@dataclass(frozen=True)
+class WaitingCronsParams:
+    """Fixed-delay crons waiting for their occurrence to finish
+    (``next_fire_at`` NULL), by id after ``after``."""
+
+    limit: int = 2000
+    after: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class PendingParams:
+    cron_ids: tuple[uuid.UUID, ...]
+    with_finished: bool = False  # also when each cron's latest occurrence finished (fixed delay)
+
+
+@dataclass(frozen=True)
+class MaterializeBatchParams:
+    """Occurrences of many crons and their ``next_fire_at`` moves, written at
+    once. Each item is a compare-and-set on its cron's ``next_fire_at``: a
+    cron whose CAS fails (another materializer moved it, or holds its row)
+    gets none of its occurrences written. An occurrence whose ``run_at`` is
+    beyond ``now + far_horizon_seconds`` goes to the far table."""
+
+    items: tuple[MaterializeParams, ...]
+    now: datetime
+    far_horizon_seconds: float
+
+
+@dataclass(frozen=True)
+class MaterializeResult:
+    advanced: frozenset[uuid.UUID]  # crons whose compare-and-set won
+    created: int  # occurrences written (near and far)
+    # FORBID crons whose new occurrence met a pending one at the last moment
+    # (a manual trigger in between): the slot is used, no job was made.
+    refused: tuple[uuid.UUID, ...] = ()

@@ -142,8 +142,14 @@ async def run_worker(settings: Settings) -> None:
     materializer = Materializer(
         PgCronStore(store),
         lookahead_seconds=settings.cron_lookahead_seconds,
+        max_lookahead_seconds=settings.cron_max_lookahead_seconds,
         misfire_threshold_seconds=settings.cron_misfire_threshold_seconds,
         catchup_cap=settings.cron_catchup_cap,
+        page_size=settings.cron_page_size,
+        interval_seconds=settings.materializer_interval,
+        far_horizon_seconds=settings.far_horizon_seconds,
+        max_clock_skew_seconds=settings.cron_max_clock_skew_seconds,
+        last_success_interval_seconds=settings.cron_last_success_interval_seconds,
     )
     loops = [
         LeaderLoop(Reaper(store), coordinator, n, settings.reaper_interval),

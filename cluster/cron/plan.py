@@ -8,14 +8,16 @@ misfire and concurrency rules are tested with a fake clock alone.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol
 
 import shardmap
-from cluster.cron.schedule import Schedule, parse_schedule, stable_jitter
-from cluster.model import CronRecord, Occurrence
+from cluster.cron.schedule import Fire, Schedule, parse_schedule, stable_jitter
+from cluster.model import Occurrence
 
-__all__ = ["Plan", "cron_slot", "plan", "schedule_of"]
+__all__ = ["CronTiming", "Plan", "ScheduleCache", "Slots", "cron_slot", "plan", "schedule_of"]
 
 # Iterating slots is cheap, but a per-minute cron down for a year has 525,600:
 # past this many, the rest of the outage is skipped over in one jump.
@@ -28,12 +30,105 @@ def cron_slot(owner: str, name: str) -> int:
     return shardmap.key_slot(owner, "cron\x00" + name)
 
 
-def schedule_of(cron: CronRecord, min_interval: timedelta = timedelta(0)) -> Schedule:
+class CronTiming(Protocol):
+    """What planning reads of a cron: a :class:`~cluster.model.CronRecord`
+    or the lighter :class:`~cluster.model.DueCron` the materializer pages."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def id_text(self) -> str: ...
+    @property
+    def schedule(self) -> str: ...
+    @property
+    def schedule_kind(self) -> str: ...
+    @property
+    def time_zone(self) -> str: ...
+    @property
+    def anchor(self) -> datetime: ...
+    @property
+    def misfire_policy(self) -> str: ...
+    @property
+    def concurrency(self) -> str: ...
+    @property
+    def jitter_seconds(self) -> int: ...
+    @property
+    def starting_deadline_seconds(self) -> int | None: ...
+    @property
+    def next_fire_at(self) -> datetime | None: ...
+
+
+class Slots(Protocol):
+    """Anything that tells the next slot: a :class:`Schedule`, or the
+    memoizing view of one that :class:`ScheduleCache` hands out."""
+
+    def next_fire(self, after: datetime) -> Fire | None: ...
+
+
+def schedule_of(cron: CronTiming, min_interval: timedelta = timedelta(0)) -> Schedule:
     # Stored definitions were validated against the operator's minimum when
     # written; reading them back must not fail if that minimum changed since.
     return parse_schedule(
         cron.schedule, cron.time_zone, seed=cron.id_text, min_interval=min_interval, anchor=cron.anchor
     )
+
+
+def _needs_seed(expression: str) -> bool:
+    """Whether the cron id changes what ``expression`` means: only ``H``
+    fields do (a day name such as THU gives a false positive, which costs a
+    parse, never a wrong slot). Interval schedules never read the seed."""
+    text = expression.lstrip()
+    return not text[:5].lower() == "every" and "H" in text.upper()
+
+
+class _Memo:
+    """One parsed schedule and the next slots asked of it: the crons of a
+    round hour share their schedule and their current slot, so the slot
+    after it is computed once, not once per cron."""
+
+    __slots__ = ("_next", "schedule")
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self._next: dict[datetime, Fire | None] = {}
+
+    def next_fire(self, after: datetime) -> Fire | None:
+        try:
+            return self._next[after]
+        except KeyError:
+            if len(self._next) >= _MEMO_SLOTS:
+                self._next.clear()
+            fire = self._next[after] = self.schedule.next_fire(after)
+            return fire
+
+
+# Bounds on what ScheduleCache keeps: past them it starts over (a miss costs
+# a parse, about 20 µs), so memory stays flat whatever the crons.
+_MEMO_SCHEDULES = 20_000
+_MEMO_SLOTS = 256
+
+
+class ScheduleCache:
+    """Parsed schedules by (expression, zone, anchor), and the seed where
+    ``H`` fields make it matter, for the materializer's passes.
+
+    A million crons written as ``0 0 * * *`` in a handful of zones are a
+    handful of parses and a handful of next-slot computations per pass.
+    :class:`~cluster.cron.schedule.Schedule` instances are immutable, so
+    sharing them is safe."""
+
+    def __init__(self) -> None:
+        self._memos: dict[tuple[str, str, datetime, str], _Memo] = {}
+
+    def slots(self, cron: CronTiming) -> Slots:
+        seed = cron.id_text if _needs_seed(cron.schedule) else ""
+        key = (cron.schedule, cron.time_zone, cron.anchor, seed)
+        memo = self._memos.get(key)
+        if memo is None:
+            if len(self._memos) >= _MEMO_SCHEDULES:
+                self._memos.clear()
+            memo = self._memos[key] = _Memo(schedule_of(cron))
+        return memo
 
 
 @dataclass
@@ -53,8 +148,9 @@ class Plan:
         return max((o.scheduled_for for o in self.occurrences), default=None)
 
 
-def _occurrence(cron: CronRecord, slot: datetime) -> Occurrence:
-    run_at = slot + timedelta(seconds=stable_jitter(cron.id_text, cron.jitter_seconds))
+def _occurrence(cron: CronTiming, slot: datetime) -> Occurrence:
+    jitter = stable_jitter(cron.id_text, cron.jitter_seconds) if cron.jitter_seconds else 0
+    run_at = slot + timedelta(seconds=jitter) if jitter else slot
     deadline = (
         run_at + timedelta(seconds=cron.starting_deadline_seconds)
         if cron.starting_deadline_seconds is not None
@@ -64,8 +160,8 @@ def _occurrence(cron: CronRecord, slot: datetime) -> Occurrence:
 
 
 def plan(
-    cron: CronRecord,
-    schedule: Schedule,
+    cron: CronTiming,
+    schedule: Slots,
     now: datetime,
     *,
     pending: int,

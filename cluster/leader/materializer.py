@@ -1,101 +1,286 @@
-"""The cron materializer: turn due cron slots into jobs, one shard at a time.
+"""The cron materializer: turn due cron slots into jobs, a shard at a time, in bulk.
 
-Leader-only to save work, but correct without a leader: every round reads a
-cron's ``next_fire_at``, plans (:func:`cluster.cron.plan`), then inserts the
-occurrences and moves ``next_fire_at`` in one transaction with a
-compare-and-set. ``cron_occurrences``' primary key makes a second
-materializer's inserts no-ops, and its compare-and-set fails, so it rolls
-back. Two leaders at once are harmless.
+Leader-only to save work, but correct without a leader. A pass reads due
+crons a page at a time in (next_fire_at, id) order, plans every cron of the
+page (:func:`cluster.cron.plan.plan`, schedules parsed once per distinct
+expression and zone), and writes the whole page with one statement: per
+cron a compare-and-set on ``next_fire_at``, and occurrences only for the
+crons whose compare-and-set won. ``cron_occurrences``' primary key makes a
+slot exist once ever. Two leaders at once are harmless: the second one's
+compare-and-sets fail, or find the rows held and lose the round.
+
+**Horizon.** A slot must exist before it is due, however many crons share
+it. A pass materializes slots within ``lookahead``, and further ahead when
+the crons due at some instant would take longer than the time left to
+write at the rate measured so far: a million crons at midnight start
+early enough to be done before midnight. A pass stops after its budget
+and the next starts from the earliest due cron again, so a large instant
+being written ahead never delays the slots due before it.
+
+**Time.** A pass plans from one reading of the injected clock, taken at
+its start, and refuses to plan when that clock and the shard's ``now()``
+disagree by more than a bound: with a clock jumped an hour ahead, an hour
+of slots would count as missed and a SKIP policy would drop them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
+import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from cluster import metrics
 from cluster.clock import Clock, SystemClock
-from cluster.cron.plan import plan, schedule_of
-from cluster.model import CronRecord, MaterializeParams
-from cluster.store.postgres_cron import PgCronStore
+from cluster.cron.plan import Plan, ScheduleCache, plan
+from cluster.errors import VakitError
+from cluster.model import (
+    DueCountsParams,
+    DueCron,
+    DueCronsParams,
+    MaterializeBatchParams,
+    MaterializeParams,
+    MaterializeResult,
+    PendingInfo,
+    PendingParams,
+    WaitingCronsParams,
+)
+from cluster.store.base import CronStore
 from shardmap import encode_id
 
 __all__ = ["Materializer"]
 
 log = logging.getLogger(__name__)
 
+_NOTHING_PENDING = PendingInfo(0, None)
+# The horizon: an instant is started when its crons, at the measured rate
+# and with this factor to spare, would take longer than the time left
+# (less two passes and a few seconds of margin).
+_SAFETY = 1.5
+_MARGIN_SECONDS = 5.0
+# A page this small says more about latency than about throughput: the
+# rate estimate learns only from larger ones.
+_RATE_MIN_PAGE = 500
+_RATE_WEIGHT = 0.3
+
 
 class Materializer:
+    """The leader task that writes cron occurrences (see the module doc)."""
+
     name = "materializer"
 
     def __init__(
         self,
-        crons: PgCronStore,
+        crons: CronStore,
         *,
         clock: Clock | None = None,
         lookahead_seconds: float = 60.0,
+        max_lookahead_seconds: float = 900.0,
         misfire_threshold_seconds: float = 60.0,
         catchup_cap: int = 100,
-        batch: int = 500,
+        page_size: int = 2000,
+        interval_seconds: float = 5.0,
+        far_horizon_seconds: float = 3600.0,
+        max_clock_skew_seconds: float | None = 30.0,
+        initial_rate: float = 2000.0,
+        last_success_interval_seconds: float = 60.0,
+        pass_budget_seconds: float = 15.0,
     ) -> None:
         self.crons = crons
         self.clock = clock or SystemClock()
         self.lookahead = timedelta(seconds=lookahead_seconds)
+        self.max_lookahead = timedelta(seconds=max(max_lookahead_seconds, lookahead_seconds))
         self.misfire_threshold = timedelta(seconds=misfire_threshold_seconds)
         self.catchup_cap = catchup_cap
-        self.batch = batch
+        self.page_size = page_size
+        self.interval = interval_seconds
+        self.far_horizon = far_horizon_seconds
+        self.max_skew = max_clock_skew_seconds
+        self.initial_rate = initial_rate
+        self.last_success_interval = last_success_interval_seconds
+        self.pass_budget = pass_budget_seconds
+        self.schedules = ScheduleCache()
+        self._rate: dict[int, float] = {}  # crons planned and written per second, by shard
+        self._seen: dict[int, float] = {}  # monotonic time of each shard's last pass
         self._exported: dict[int, set[str]] = {}  # cron labels of the last-success gauge, by shard
+        self._exported_at: dict[int, float] = {}
 
     async def run_once(self, shard: int) -> int:
-        """Materialize every due cron of ``shard``; returns occurrences created."""
-        now = self.clock.now()
-        created = 0
-        for cron in await self.crons.waiting_fixed_delay(shard, self.batch):
-            await self._restart_fixed_delay(shard, cron)
-        for cron in await self.crons.due(shard, now, self.lookahead.total_seconds(), self.batch):
-            created += await self.materialize(shard, cron, now)
+        """Materialize the due crons of ``shard``, earliest first, for at most
+        ``pass_budget`` seconds; returns occurrences created."""
+        now = self.clock.now()  # the one reading this pass plans from
+        self._seen[shard] = time.monotonic()
+        if not await self._clock_agrees(shard, now):
+            return 0
+        created = await self._restart_fixed_delay(shard, now)
+        horizon = await self.horizon(shard, now)
+        created += await self._materialize_due(shard, now, horizon)
         await self._export_last_success(shard)
         return created
 
-    async def materialize(self, shard: int, cron: CronRecord, now: datetime) -> int:
-        info = await self.crons.pending(shard, cron.id)
-        p = plan(
-            cron,
-            schedule_of(cron),
-            now,
-            pending=info.pending,
-            lookahead=self.lookahead,
-            misfire_threshold=self.misfire_threshold,
-            catchup_cap=self.catchup_cap,
+    async def _clock_agrees(self, shard: int, now: datetime) -> bool:
+        if self.max_skew is None:
+            return True
+        database = await self.crons.database_now(shard)
+        skew = (now - database).total_seconds()
+        if abs(skew) <= self.max_skew:
+            return True
+        metrics.CRON_CLOCK_SKEW_REFUSED.labels(str(shard)).inc()
+        log.warning(
+            "materializer pass refused: this clock is %.1f s %s the shard's now(); "
+            "planning across it would misfire or double slots",
+            abs(skew),
+            "ahead of" if skew > 0 else "behind",
+            extra={"shard": shard, "skew_seconds": skew},
         )
-        if p.next_fire_at == cron.next_fire_at and not p.occurrences and not p.missed and not p.skipped:
-            return 0  # waiting on FORBID: nothing to write
-        created = await self.crons.materialize(
+        return False
+
+    # -- the horizon -------------------------------------------------------------
+
+    def rate(self, shard: int) -> float:
+        """Crons per second this process can plan and write on ``shard``,
+        shared with the other shards it leads (their passes run in turn)."""
+        cutoff = time.monotonic() - 3 * (self.interval + self.pass_budget)
+        led = sum(1 for seen in self._seen.values() if seen >= cutoff)
+        # A long wave is written in passes of pass_budget, each followed by
+        # the loop's interval of rest.
+        duty = self.pass_budget / (self.pass_budget + self.interval)
+        return self._rate.get(shard, self.initial_rate) * duty / max(1, led)
+
+    async def horizon(self, shard: int, now: datetime) -> datetime:
+        """How far ahead this pass materializes: ``lookahead``, or as far as
+        the first instant whose wave would not be written in time if left to
+        a later pass (bounded by ``max_lookahead``)."""
+        horizon = now + self.lookahead
+        if self.max_lookahead <= self.lookahead:
+            return horizon
+        counts = await self.crons.due_counts(
+            shard, DueCountsParams(now=now, until=now + self.max_lookahead)
+        )
+        rate = self.rate(shard)
+        total = 0
+        for second, n in counts:
+            total += n
+            needed = total / rate * _SAFETY + 2 * self.interval + _MARGIN_SECONDS
+            if (second - now).total_seconds() <= needed:
+                # Counts are per second: the whole second is in.
+                horizon = max(horizon, second + timedelta(microseconds=999_999))
+        return horizon
+
+    def _learn_rate(self, shard: int, crons: int, seconds: float) -> None:
+        if crons < _RATE_MIN_PAGE or seconds <= 0:
+            return
+        measured = crons / seconds
+        old = self._rate.get(shard)
+        self._rate[shard] = measured if old is None else old + _RATE_WEIGHT * (measured - old)
+
+    # -- due crons ---------------------------------------------------------------
+
+    async def _materialize_due(self, shard: int, now: datetime, horizon: datetime) -> int:
+        lookahead = horizon - now
+        after: tuple[datetime, uuid.UUID] | None = None
+        created = 0
+        # A pass ends after its budget even with due crons left: the next one
+        # starts over from the earliest, so a large instant far ahead never
+        # holds up the slots of every-minute crons due before it.
+        deadline = time.monotonic() + self.pass_budget
+        while True:
+            started = time.perf_counter()
+            page = await self.crons.due(
+                shard, DueCronsParams(until=horizon, after=after, limit=self.page_size)
+            )
+            if not page or page[-1].next_fire_at is None:  # due crons have a next fire
+                return created
+            after = (page[-1].next_fire_at, page[-1].id)
+            created += await self._materialize_page(shard, page, now, lookahead)
+            self._learn_rate(shard, len(page), time.perf_counter() - started)
+            if len(page) < self.page_size:
+                return created
+            if time.monotonic() > deadline:
+                log.info(
+                    "materializer pass budget spent with due crons left; the next pass goes on",
+                    extra={"shard": shard, "created": created},
+                )
+                return created
+
+    async def _materialize_page(
+        self, shard: int, page: Sequence[DueCron], now: datetime, lookahead: timedelta
+    ) -> int:
+        # Pending counts only where the policy reads them.
+        one_at_a_time = tuple(
+            c.id for c in page if c.concurrency == "FORBID" or c.schedule_kind == "FIXED_DELAY"
+        )
+        pending = (
+            await self.crons.pending(shard, PendingParams(one_at_a_time)) if one_at_a_time else {}
+        )
+        planned: list[tuple[DueCron, Plan]] = []
+        for cron in page:
+            try:
+                p = plan(
+                    cron,
+                    self.schedules.slots(cron),
+                    now,
+                    pending=pending.get(cron.id, _NOTHING_PENDING).pending,
+                    lookahead=lookahead,
+                    misfire_threshold=self.misfire_threshold,
+                    catchup_cap=self.catchup_cap,
+                )
+            except VakitError as exc:
+                # A definition that no longer parses (a zone gone from the
+                # tz database) must not hold up the rest of the page.
+                log.error(
+                    "cron cannot be planned: %s", exc, extra={"cron_id": cron.id_text, "shard": shard}
+                )
+                continue
+            if (
+                p.next_fire_at == cron.next_fire_at
+                and not p.occurrences
+                and not p.missed
+                and not p.skipped
+            ):
+                continue  # waiting on FORBID: nothing to write
+            planned.append((cron, p))
+        if not planned:
+            return 0
+        result = await self.crons.materialize(
             shard,
-            MaterializeParams(
-                cron_id=cron.id,
-                expected_next=cron.next_fire_at,
-                occurrences=tuple(p.occurrences),
-                next_fire_at=p.next_fire_at,
-                last_fire=p.last_fire,
-                missed=p.missed,
-                skipped=p.skipped,
+            MaterializeBatchParams(
+                items=tuple(
+                    MaterializeParams(
+                        cron_id=cron.id,
+                        expected_next=cron.next_fire_at,
+                        occurrences=tuple(p.occurrences),
+                        next_fire_at=p.next_fire_at,
+                        last_fire=p.last_fire,
+                        missed=p.missed,
+                        skipped=p.skipped,
+                    )
+                    for cron, p in planned
+                ),
+                now=now,
+                far_horizon_seconds=self.far_horizon,
             ),
         )
-        if created is None:
-            log.info("cron advanced by another materializer", extra={"cron_id": cron.id_text, "shard": shard})
-            return 0
-        label = cron.id_text
-        if p.missed_misfire:
-            metrics.CRON_MISSED.labels(label, "misfire").inc(p.missed_misfire)
-        if p.missed_deadline:
-            metrics.CRON_MISSED.labels(label, "starting_deadline").inc(p.missed_deadline)
-        if p.skipped:
-            metrics.CRON_SKIPPED.labels(label).inc(p.skipped)
-        if created:
-            metrics.CRON_MATERIALIZED.labels(str(shard)).inc(created)
-        if p.missed or p.skipped:
+        self._account(shard, planned, result)
+        return result.created
+
+    def _account(self, shard: int, planned: Sequence[tuple[DueCron, Plan]], result: MaterializeResult) -> None:
+        lost = 0
+        for cron, p in planned:
+            if cron.id not in result.advanced:
+                lost += 1
+                continue
+            if not (p.missed or p.skipped):
+                continue
+            label = cron.id_text
+            if p.missed_misfire:
+                metrics.CRON_MISSED.labels(label, "misfire").inc(p.missed_misfire)
+            if p.missed_deadline:
+                metrics.CRON_MISSED.labels(label, "starting_deadline").inc(p.missed_deadline)
+            if p.skipped:
+                metrics.CRON_SKIPPED.labels(label).inc(p.skipped)
             log.warning(
                 "cron slots not run: %d missed (misfire %s), %d skipped (concurrency %s)",
                 p.missed,
@@ -104,27 +289,71 @@ class Materializer:
                 cron.concurrency,
                 extra={"cron_id": label, "shard": shard},
             )
-        return created
+        for cron_id in result.refused:
+            label = encode_id("cron", cron_id)
+            metrics.CRON_SKIPPED.labels(label).inc()
+            log.warning(
+                "cron slot skipped: concurrency FORBID and a manual run is pending",
+                extra={"cron_id": label, "shard": shard},
+            )
+        if result.created:
+            metrics.CRON_MATERIALIZED.labels(str(shard)).inc(result.created)
+        if lost:
+            log.info(
+                "%d crons advanced by another materializer (or held by another writer); "
+                "none of their occurrences written",
+                lost,
+                extra={"shard": shard},
+            )
 
-    async def _restart_fixed_delay(self, shard: int, cron: CronRecord) -> None:
+    # -- fixed delay -------------------------------------------------------------
+
+    async def _restart_fixed_delay(self, shard: int, now: datetime) -> int:
         """A fixed-delay cron waits for its occurrence to finish; then its next
-        slot is that finish plus the delay."""
-        info = await self.crons.pending(shard, cron.id)
-        if info.pending:
-            return
-        schedule = schedule_of(cron)
-        base = info.last_finished or self.clock.now()
-        nxt = schedule.next_fire(base)
-        if nxt is None:
-            return
-        await self.crons.materialize(
-            shard,
-            MaterializeParams(
-                cron_id=cron.id, expected_next=None, occurrences=(), next_fire_at=nxt.scheduled_for, last_fire=None
-            ),
-        )
+        slot is that finish plus the delay (or now plus the delay, when it
+        has never run)."""
+        after = None
+        while True:
+            waiting = await self.crons.waiting_fixed_delay(
+                shard, WaitingCronsParams(limit=self.page_size, after=after)
+            )
+            if not waiting:
+                return 0
+            after = waiting[-1].id
+            info = await self.crons.pending(
+                shard, PendingParams(tuple(c.id for c in waiting), with_finished=True)
+            )
+            items = []
+            for cron in waiting:
+                state = info.get(cron.id, _NOTHING_PENDING)
+                if state.pending:
+                    continue
+                try:
+                    nxt = self.schedules.slots(cron).next_fire(state.last_finished or now)
+                except VakitError as exc:
+                    log.error(
+                        "cron cannot be planned: %s", exc, extra={"cron_id": cron.id_text, "shard": shard}
+                    )
+                    continue
+                if nxt is not None:
+                    items.append(MaterializeParams(cron.id, None, (), nxt.scheduled_for, None))
+            if items:
+                await self.crons.materialize(
+                    shard,
+                    MaterializeBatchParams(tuple(items), now=now, far_horizon_seconds=self.far_horizon),
+                )
+            if len(waiting) < self.page_size:
+                return 0
+
+    # -- the silent-cron gauge ---------------------------------------------------
 
     async def _export_last_success(self, shard: int) -> None:
+        # Every pass would read every enabled cron of the shard: a million
+        # rows every 5 s. The alert it feeds counts in hours.
+        last = self._exported_at.get(shard)
+        if last is not None and time.monotonic() - last < self.last_success_interval:
+            return
+        self._exported_at[shard] = time.monotonic()
         current = {encode_id("cron", cron_id): when for cron_id, when in await self.crons.last_successes(shard)}
         for label, when in current.items():
             metrics.CRON_LAST_SUCCESS.labels(label).set(when.timestamp())
@@ -137,6 +366,8 @@ class Materializer:
         """This worker no longer leads ``shard``: its crons' series are the
         new leader's to export (a stale copy here would outlive a delete)."""
         self._drop_series(self._exported.pop(shard, set()))
+        self._exported_at.pop(shard, None)
+        self._seen.pop(shard, None)
 
     @staticmethod
     def _drop_series(labels: set[str]) -> None:

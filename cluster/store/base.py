@@ -10,6 +10,8 @@ exceptions, and ``tests/contract`` holds them to the same rules.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Protocol
 
 from cluster.errors import Conflict
@@ -23,26 +25,41 @@ from cluster.model import (
     CreateJobParams,
     CreateJobsParams,
     CreateResult,
+    CronRecord,
+    CronRun,
+    CronRunsParams,
+    DeleteCronParams,
     DueAheadParams,
+    DueCountsParams,
+    DueCron,
+    DueCronsParams,
     DueSecond,
     FinishParams,
+    GetCronParams,
     GetJobParams,
     HeartbeatParams,
     JobRecord,
+    ListCronsParams,
     MaintainHistoryParams,
     MaintenanceResult,
+    MaterializeBatchParams,
+    MaterializeResult,
     MoveFarParams,
+    PendingInfo,
+    PendingParams,
     ReapParams,
     ReapResult,
     ReleaseParams,
     RescheduleParams,
     RevokeReplacedParams,
+    TriggerCronParams,
+    WaitingCronsParams,
     WorkerBeatParams,
     WorkersSeenParams,
 )
 
 # WORKER_SEEN_SECONDS is re-exported: readiness and status read the window here.
-__all__ = ["WORKER_SEEN_SECONDS", "Store"]
+__all__ = ["WORKER_SEEN_SECONDS", "CronStore", "Store"]
 
 
 class Store(Protocol):
@@ -142,4 +159,86 @@ class Store(Protocol):
     ) -> MaintenanceResult:
         """Day partitions ahead, history past the retention dropped, keys of
         jobs no longer pending purged (the janitor)."""
+        ...
+
+
+class CronStore(Protocol):
+    """Every cron operation the API and the materializer use.
+
+    Implementations: :class:`cluster.store.postgres_cron.PgCronStore` and
+    :class:`cluster.store.memory_cron.MemCronStore`, held to the same rules by
+    ``tests/contract/test_cron_store_contract.py``. They raise only
+    :mod:`cluster.errors` exceptions. A cron's occurrences are jobs of the
+    same shard: they are claimed, finished and kept in history through
+    :class:`Store`.
+    """
+
+    shard_count: int
+
+    async def create(self, shard: int, cron: CronRecord) -> tuple[CronRecord, bool]:
+        """Insert; the same name with the same fingerprint returns the existing
+        definition (``False``); the same name with another body raises
+        :class:`~cluster.errors.Conflict`."""
+        ...
+
+    async def create_many(
+        self, shard: int, crons: Sequence[CronRecord]
+    ) -> list[tuple[CronRecord, bool] | Conflict]:
+        """:meth:`create` for many crons with one statement: one result per
+        cron, in order, a Conflict in the slot of a name reused with another
+        body. Never all-or-nothing. Names must be distinct within a call."""
+        ...
+
+    async def get(self, shard: int, params: GetCronParams) -> CronRecord | None: ...
+
+    async def list_page(self, shard: int, params: ListCronsParams) -> list[CronRecord]:
+        """The owner's crons on this shard by name, after ``params.after``."""
+        ...
+
+    async def update(self, shard: int, cron: CronRecord) -> CronRecord:
+        """Replace the definition (matched by id and owner); NotFound if absent."""
+        ...
+
+    async def delete(self, shard: int, params: DeleteCronParams) -> int:
+        """Delete the definition and cancel its occurrences not yet started;
+        returns how many were cancelled. NotFound if absent."""
+        ...
+
+    async def trigger(self, shard: int, params: TriggerCronParams) -> bool:
+        """One extra occurrence; False if that instant has one already.
+        Conflict when FORBID and an occurrence is pending or running."""
+        ...
+
+    async def runs(self, shard: int, params: CronRunsParams) -> list[CronRun]:
+        """Recent occurrences (pending, far, finished), newest slot first."""
+        ...
+
+    # -- the materializer ------------------------------------------------------
+
+    async def database_now(self, shard: int) -> datetime:
+        """The shard's clock (``now()``): the materializer compares its own with it."""
+        ...
+
+    async def due(self, shard: int, params: DueCronsParams) -> list[DueCron]: ...
+
+    async def due_counts(self, shard: int, params: DueCountsParams) -> list[tuple[datetime, int]]:
+        """(instant, enabled crons whose next_fire_at is that instant), by
+        instant, up to ``params.until``: the size of the waves ahead."""
+        ...
+
+    async def waiting_fixed_delay(self, shard: int, params: WaitingCronsParams) -> list[DueCron]: ...
+
+    async def pending(self, shard: int, params: PendingParams) -> dict[uuid.UUID, PendingInfo]:
+        """Per cron: occurrences not finished (near and far), and when its
+        latest occurrence finished. Every id asked for has an entry."""
+        ...
+
+    async def materialize(self, shard: int, params: MaterializeBatchParams) -> MaterializeResult:
+        """Write many crons' occurrences and move their ``next_fire_at``, in
+        one transaction: per cron a compare-and-set, occurrences only for the
+        crons that won it, one per (cron_id, scheduled_for) ever."""
+        ...
+
+    async def last_successes(self, shard: int) -> list[tuple[uuid.UUID, datetime]]:
+        """Enabled crons and their last success (their creation until one)."""
         ...

@@ -1,24 +1,48 @@
 """Cron definitions and occurrences in PostgreSQL, on the shards' pools.
 
-Kept apart from :mod:`cluster.store.postgres` (one concept per module) but sharing
-its pools and its error translation.
+The :class:`~cluster.store.base.CronStore` contract over PostgreSQL. Kept
+apart from :mod:`cluster.store.postgres` (one concept per module) but
+sharing its pools and its error translation: no psycopg exception leaves
+this module.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
+from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from cluster.errors import Conflict, NotFound
-from cluster.model import CronRecord, CronRun, MaterializeParams, Occurrence, PendingInfo
-from cluster.store.postgres import PgStore
+from cluster.model import (
+    CronRecord,
+    CronRun,
+    CronRunsParams,
+    DeleteCronParams,
+    DueCountsParams,
+    DueCron,
+    DueCronsParams,
+    GetCronParams,
+    ListCronsParams,
+    MaterializeBatchParams,
+    MaterializeResult,
+    PendingInfo,
+    PendingParams,
+    TriggerCronParams,
+    WaitingCronsParams,
+)
+from cluster.store.postgres import PgStore, wrap_exceptions
 from cluster.store.sql import QUERIES
 
 __all__ = ["PgCronStore"]
+
+# The keyset start: before every (next_fire_at, id).
+_FIRST_AT = datetime(1, 1, 1, tzinfo=UTC)
+_FIRST_ID = uuid.UUID(int=0)
 
 
 def _cron_row(c: CronRecord) -> dict[str, Any]:
@@ -46,135 +70,227 @@ def _cron_row(c: CronRecord) -> dict[str, Any]:
     }
 
 
+def _cron_columns(crons: Sequence[CronRecord]) -> dict[str, Any]:
+    """insert_crons' arrays, one per column; JSON as text, parsed by the cast."""
+    return {
+        "ids": [c.id for c in crons],
+        "owners": [c.owner for c in crons],
+        "names": [c.name for c in crons],
+        "schedules": [c.schedule for c in crons],
+        "schedule_kinds": [c.schedule_kind for c in crons],
+        "time_zones": [c.time_zone for c in crons],
+        "types": [c.type for c in crons],
+        "target_kinds": [c.target_kind for c in crons],
+        "targets": [json.dumps(c.target, separators=(",", ":")) for c in crons],
+        "payloads": [json.dumps(c.payload, separators=(",", ":")) for c in crons],
+        "misfire_policies": [c.misfire_policy for c in crons],
+        "concurrencies": [c.concurrency for c in crons],
+        "jitters": [c.jitter_seconds for c in crons],
+        "max_attempts": [c.max_attempts for c in crons],
+        "timeouts": [c.timeout_seconds for c in crons],
+        "deadlines": [c.starting_deadline_seconds for c in crons],
+        "enabled": [c.enabled for c in crons],
+        "anchors": [c.anchor for c in crons],
+        "next_fire": [c.next_fire_at for c in crons],
+        "fingerprints": [c.fingerprint for c in crons],
+    }
+
+
+def _name_conflict(existing: CronRecord) -> Conflict:
+    return Conflict(
+        f"a cron job named {existing.name!r} exists with a different definition; "
+        "PATCH it, or choose another name",
+        cron_job_id=existing.id_text,
+        constraint="cron_jobs_name_uq",
+    )
+
+
+def _same_or_conflict(existing: CronRecord, wanted: CronRecord) -> tuple[CronRecord, bool] | Conflict:
+    if existing.fingerprint != wanted.fingerprint:
+        return _name_conflict(existing)
+    return existing, False
+
+
+def _forbid_conflict(cron: CronRecord) -> Conflict:
+    return Conflict(
+        "concurrency is FORBID and an occurrence of this cron job is pending or running",
+        cron_job_id=cron.id_text,
+        constraint="jobs_forbid_one_idx",
+    )
+
+
 class PgCronStore:
+    """:class:`~cluster.store.base.CronStore` on the pools of a :class:`PgStore`."""
+
     def __init__(self, store: PgStore) -> None:
         self.store = store
+        self.shard_count = store.shard_count
 
     async def _rows(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         return await self.store.fetch(shard, name, params)
 
-    async def create(self, shard: int, cron: CronRecord) -> tuple[CronRecord, bool]:
-        """Insert; a definition with the same name and body returns the existing
-        one (``created=False``); the same name with another body is a Conflict."""
-        rows = await self._rows(shard, "insert_cron", _cron_row(cron))
-        if rows:
-            return CronRecord.from_row(rows[0]), True
-        found = await self._rows(shard, "get_cron_by_name", {"owner": cron.owner, "name": cron.name})
-        if not found:  # deleted between the two statements; let the client retry
-            raise Conflict("cron job was being deleted; retry", name=cron.name)
-        existing = CronRecord.from_row(found[0])
-        if existing.fingerprint != cron.fingerprint:
-            raise Conflict(
-                f"a cron job named {cron.name!r} exists with a different definition; "
-                "PATCH it, or choose another name",
-                cron_job_id=existing.id_text,
-            )
-        return existing, False
+    # -- definitions -----------------------------------------------------------
 
-    async def get(self, shard: int, cron_id: uuid.UUID, owner: str) -> CronRecord | None:
-        rows = await self._rows(shard, "get_cron", {"id": cron_id, "owner": owner})
+    @wrap_exceptions
+    async def create(self, shard: int, cron: CronRecord) -> tuple[CronRecord, bool]:
+        [result] = await self.create_many(shard, [cron])
+        if isinstance(result, Conflict):
+            raise result
+        return result
+
+    @wrap_exceptions
+    async def create_many(
+        self, shard: int, crons: Sequence[CronRecord]
+    ) -> list[tuple[CronRecord, bool] | Conflict]:
+        # A name twice in one call: the first is written, the repeats are
+        # answered from it, as a later call would be.
+        first: dict[tuple[str, str], CronRecord] = {}
+        for c in crons:
+            first.setdefault((c.owner, c.name), c)
+        unique = list(first.values())
+        found: dict[tuple[str, str], tuple[CronRecord, bool]] = {}
+        if unique:
+            for row in await self._rows(shard, "insert_crons", _cron_columns(unique)):
+                rec = CronRecord.from_row(row)
+                found[(rec.owner, rec.name)] = (rec, bool(row["created"]))
+        missing = [c for c in unique if (c.owner, c.name) not in found]
+        if missing:
+            # Inserted by another transaction after our statement's snapshot.
+            args = {"owners": [c.owner for c in missing], "names": [c.name for c in missing]}
+            for row in await self._rows(shard, "get_crons_by_names", args):
+                rec = CronRecord.from_row(row)
+                found[(rec.owner, rec.name)] = (rec, False)
+        out: list[tuple[CronRecord, bool] | Conflict] = []
+        written: set[tuple[str, str]] = set()
+        for c in crons:
+            key = (c.owner, c.name)
+            hit = found.get(key)
+            if hit is None:  # deleted between the two statements; let the client retry
+                out.append(Conflict("cron job was being deleted; retry", name=c.name))
+                continue
+            rec, created = hit
+            if created and key not in written and rec.id == c.id:
+                written.add(key)
+                out.append((rec, True))
+            else:
+                out.append(_same_or_conflict(rec, c))
+        return out
+
+    @wrap_exceptions
+    async def get(self, shard: int, params: GetCronParams) -> CronRecord | None:
+        rows = await self._rows(shard, "get_cron", {"id": params.id, "owner": params.owner})
         return CronRecord.from_row(rows[0]) if rows else None
 
-    async def list_page(self, shard: int, owner: str, after: str, limit: int) -> list[CronRecord]:
-        rows = await self._rows(shard, "list_crons", {"owner": owner, "after": after, "limit": limit})
+    @wrap_exceptions
+    async def list_page(self, shard: int, params: ListCronsParams) -> list[CronRecord]:
+        rows = await self._rows(
+            shard, "list_crons", {"owner": params.owner, "after": params.after, "limit": params.limit}
+        )
         return [CronRecord.from_row(r) for r in rows]
 
+    @wrap_exceptions
     async def update(self, shard: int, cron: CronRecord) -> CronRecord:
         rows = await self._rows(shard, "update_cron", _cron_row(cron))
         if not rows:
             raise NotFound("no such cron job", cron_job_id=cron.id_text)
         return CronRecord.from_row(rows[0])
 
-    async def delete(self, shard: int, cron_id: uuid.UUID, owner: str) -> int:
-        """Delete the definition and cancel its occurrences not yet started."""
+    @wrap_exceptions
+    async def delete(self, shard: int, params: DeleteCronParams) -> int:
+        args = {"id": params.id, "owner": params.owner}
         async with self.store.connection(shard) as conn, conn.transaction():
-            cur = await conn.execute(QUERIES["delete_cron"], {"id": cron_id, "owner": owner})
+            cur = await conn.execute(QUERIES["delete_cron"], args)
             if await cur.fetchone() is None:
                 raise NotFound("no such cron job")
-            cur = await conn.execute(QUERIES["cancel_cron_occurrences"], {"id": cron_id})
+            cur = await conn.execute(QUERIES["cancel_cron_occurrences"], args)
             return len(await cur.fetchall())
 
-    async def due(self, shard: int, now: datetime | None, lookahead: float, limit: int) -> list[CronRecord]:
-        rows = await self._rows(shard, "due_crons", {"now": now, "lookahead": lookahead, "limit": limit})
-        return [CronRecord.from_row(r) for r in rows]
-
-    async def waiting_fixed_delay(self, shard: int, limit: int) -> list[CronRecord]:
-        rows = await self._rows(shard, "waiting_fixed_delay_crons", {"limit": limit})
-        return [CronRecord.from_row(r) for r in rows]
-
-    async def pending(self, shard: int, cron_id: uuid.UUID) -> PendingInfo:
-        [row] = await self._rows(shard, "cron_pending", {"id": cron_id})
-        return PendingInfo(row["pending"], row["last_finished"])
-
-    async def materialize(self, shard: int, params: MaterializeParams) -> int | None:
-        """Insert occurrences and advance ``next_fire_at`` in one transaction.
-
-        Returns how many occurrences were created, or None when another
-        materializer moved the cron first (the compare-and-set failed) or the
-        FORBID index refused a second pending occurrence: nothing is written.
-        """
-        occ = params.occurrences
+    @wrap_exceptions
+    async def trigger(self, shard: int, params: TriggerCronParams) -> bool:
+        occ = params.occurrence
+        args = {
+            "cron_id": params.cron.id,
+            "job_ids": [occ.job_id],
+            "scheduled": [occ.scheduled_for],
+            "run_at": [occ.run_at],
+            "deadline": [occ.deadline_at],
+        }
         try:
-            async with self.store.connection(shard) as conn, conn.transaction():
-                created = 0
-                if occ:
-                    cur = await conn.execute(
-                        QUERIES["insert_occurrences"],
-                        {
-                            "cron_id": params.cron_id,
-                            "job_ids": [o.job_id for o in occ],
-                            "scheduled": [o.scheduled_for for o in occ],
-                            "run_at": [o.run_at for o in occ],
-                            "deadline": [o.deadline_at for o in occ],
-                        },
-                    )
-                    created = len(await cur.fetchall())
-                cur = await conn.execute(
-                    QUERIES["advance_cron"],
-                    {
-                        "id": params.cron_id,
-                        "expected": params.expected_next,
-                        "next": params.next_fire_at,
-                        "last_fire": params.last_fire,
-                        "missed": params.missed,
-                        "skipped": params.skipped,
-                    },
-                )
-                if await cur.fetchone() is None:
-                    raise _LostRace
-                return created
-        except (_LostRace, psycopg.errors.UniqueViolation):
-            return None
-
-    async def trigger(self, shard: int, cron: CronRecord, occurrence: Occurrence) -> bool:
-        """One extra occurrence now; False if that instant already has one."""
-        try:
-            rows = await self._rows(
-                shard,
-                "insert_occurrences",
-                {
-                    "cron_id": cron.id,
-                    "job_ids": [occurrence.job_id],
-                    "scheduled": [occurrence.scheduled_for],
-                    "run_at": [occurrence.run_at],
-                    "deadline": [occurrence.deadline_at],
-                },
-            )
-        except psycopg.errors.UniqueViolation as exc:
-            raise Conflict(
-                "concurrency is FORBID and an occurrence of this cron job is pending or running",
-                cron_job_id=cron.id_text,
-            ) from exc
+            rows = await self._rows(shard, "insert_occurrences", args)
+        except Conflict as exc:
+            # The FORBID index: one occurrence pending or running at a time.
+            raise _forbid_conflict(params.cron) from exc
         return bool(rows)
 
-    async def runs(self, shard: int, cron_id: uuid.UUID, limit: int) -> list[CronRun]:
-        rows = await self._rows(shard, "cron_runs", {"id": cron_id, "limit": limit})
+    @wrap_exceptions
+    async def runs(self, shard: int, params: CronRunsParams) -> list[CronRun]:
+        rows = await self._rows(shard, "cron_runs", {"id": params.cron_id, "limit": params.limit})
         return [CronRun(job_id=r.pop("id"), **r) for r in rows]
 
+    # -- the materializer ------------------------------------------------------
+
+    @wrap_exceptions
+    async def database_now(self, shard: int) -> datetime:
+        [row] = await self._rows(shard, "cron_clock", {})
+        now: datetime = row["now"]
+        return now
+
+    @wrap_exceptions
+    async def due(self, shard: int, params: DueCronsParams) -> list[DueCron]:
+        after_at, after_id = params.after or (_FIRST_AT, _FIRST_ID)
+        args = {"until": params.until, "after_at": after_at, "after_id": after_id, "limit": params.limit}
+        rows = await self.store.fetch_as(shard, "due_crons", args, tuple_row)
+        return [DueCron(*r) for r in rows]
+
+    @wrap_exceptions
+    async def due_counts(self, shard: int, params: DueCountsParams) -> list[tuple[datetime, int]]:
+        args = {"until": params.until, "now": params.now}
+        rows = await self.store.fetch_as(shard, "cron_due_counts", args, tuple_row)
+        return [(at, int(n)) for at, n in rows]
+
+    @wrap_exceptions
+    async def waiting_fixed_delay(self, shard: int, params: WaitingCronsParams) -> list[DueCron]:
+        args = {"after_id": params.after or _FIRST_ID, "limit": params.limit}
+        rows = await self.store.fetch_as(shard, "waiting_fixed_delay_crons", args, tuple_row)
+        return [DueCron(*r) for r in rows]
+
+    @wrap_exceptions
+    async def pending(self, shard: int, params: PendingParams) -> dict[uuid.UUID, PendingInfo]:
+        if not params.cron_ids:
+            return {}
+        args = {"ids": list(params.cron_ids), "finished": [params.with_finished] * len(params.cron_ids)}
+        rows = await self.store.fetch_as(shard, "crons_pending", args, tuple_row)
+        return {cron_id: PendingInfo(int(n), last) for cron_id, n, last in rows}
+
+    @wrap_exceptions
+    async def materialize(self, shard: int, params: MaterializeBatchParams) -> MaterializeResult:
+        items = params.items
+        if not items:
+            return MaterializeResult(frozenset(), 0)
+        occ = [(p.cron_id, o) for p in items for o in p.occurrences]
+        args = {
+            "ids": [p.cron_id for p in items],
+            "expected": [p.expected_next for p in items],
+            "next": [p.next_fire_at for p in items],
+            "last_fire": [p.last_fire for p in items],
+            "missed": [p.missed for p in items],
+            "skipped": [p.skipped for p in items],
+            "occ_cron": [c for c, _ in occ],
+            "occ_job": [o.job_id for _, o in occ],
+            "occ_scheduled": [o.scheduled_for for _, o in occ],
+            "occ_run_at": [o.run_at for _, o in occ],
+            "occ_deadline": [o.deadline_at for _, o in occ],
+            "now": params.now,
+            "far_horizon": params.far_horizon_seconds,
+        }
+        rows = await self.store.fetch_as(shard, "materialize_crons", args, tuple_row)
+        advanced = frozenset(i for kind, i in rows if kind == "advanced")
+        refused = tuple(i for kind, i in rows if kind == "refused")
+        created = sum(1 for kind, _ in rows if kind == "created")
+        return MaterializeResult(advanced, created, refused)
+
+    @wrap_exceptions
     async def last_successes(self, shard: int) -> list[tuple[uuid.UUID, datetime]]:
-        rows = await self._rows(shard, "cron_last_success", {})
-        return [(r["id"], r["last_success_at"]) for r in rows]
+        rows = await self.store.fetch_as(shard, "cron_last_success", {}, tuple_row)
+        return [(cron_id, when) for cron_id, when in rows]
 
-
-class _LostRace(Exception):
-    """Another materializer advanced this cron first; roll back."""

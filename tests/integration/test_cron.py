@@ -4,7 +4,9 @@ materializers at once, and FORBID / REPLACE with a real worker and target."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,7 +20,10 @@ import shardmap
 from cluster.clock import FakeClock
 from cluster.config import Settings
 from cluster.coordination.base import StaticCoordinator
+from cluster.cron.plan import cron_slot
+from cluster.cron.schedule import stable_jitter
 from cluster.leader.materializer import Materializer
+from cluster.model import ClaimParams, CronRecord, FinishParams, GetCronParams, JobResult, Outcome
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
 from cluster.targets.http import HttpTarget
@@ -26,6 +31,8 @@ from cluster.targets.policy import AddressPolicy
 from cluster.worker.worker import Worker
 from tests.helpers import Sink, eventually, start_sink
 from tests.integration.test_api import A, B, client_for, settings_for
+
+A_OWNER = "svc-a"
 
 pytestmark = pytest.mark.integration
 
@@ -155,7 +162,7 @@ async def test_patch_with_null_is_4xx_and_changes_nothing(api: httpx.AsyncClient
 
 
 async def materialize_all(store: PgStore, clock: FakeClock, **kw: Any) -> int:
-    m = Materializer(PgCronStore(store), clock=clock, **kw)
+    m = Materializer(PgCronStore(store), clock=clock, max_clock_skew_seconds=None, **kw)
     return sum([await m.run_once(s) for s in range(store.shard_count)])
 
 
@@ -201,7 +208,7 @@ async def test_two_materializers_at_once_make_one_job_per_slot(shard_dsns: list[
     # Both "leaders" share one fake clock that races ahead a minute per round,
     # for 60 s of wall time: many slots, every one contended.
     clock = FakeClock(datetime.now(UTC))
-    materializers = [Materializer(PgCronStore(s), clock=clock) for s in stores]
+    materializers = [Materializer(PgCronStore(s), clock=clock, max_clock_skew_seconds=None) for s in stores]
     stop = time.monotonic() + 60
     created = [0, 0]
 
@@ -351,7 +358,7 @@ async def test_last_success_series_leave_with_their_cron(api: httpx.AsyncClient,
         r = await api.post("/api/v1/cron-jobs", json=cron_body(name=name), headers=A)
         ids.append(r.json()["cronJobId"])
     kept, deleted, disabled = ids
-    m = Materializer(PgCronStore(store))
+    m = Materializer(PgCronStore(store), last_success_interval_seconds=0)
     for shard in range(store.shard_count):
         await m.run_once(shard)
     assert all(last_success_series(c) is not None for c in ids)
@@ -376,3 +383,243 @@ async def test_trigger_adds_one_occurrence(api: httpx.AsyncClient, shard_dsns: l
     assert job["cronJobId"] == cid and job["status"] == "SCHEDULED"
     # FORBID: a second manual run while the first is pending is refused.
     assert (await api.post(f"/api/v1/cron-jobs/{cid}/trigger", headers=A)).status_code == 409
+
+
+# -- the bulk path: many crons per statement ---------------------------------------------------------
+
+
+def bulk_cron(name: str, next_fire_at: datetime, **over: Any) -> CronRecord:
+    """A valid definition written straight through the store (thousands of
+    them, faster than the API); fingerprints are per name."""
+    base = CronRecord(
+        id=shardmap.new_uuid(cron_slot(A_OWNER, name)),
+        owner=A_OWNER,
+        name=name,
+        schedule="* * * * *",
+        schedule_kind="CRON",
+        time_zone="UTC",
+        type="bulk",
+        target={"kind": "HTTP", "url": "https://hooks.example.com/run"},
+        payload={"n": name},
+        misfire_policy="RUN_ONCE",
+        concurrency="ALLOW",
+        jitter_seconds=0,
+        max_attempts=3,
+        timeout_seconds=60,
+        starting_deadline_seconds=None,
+        enabled=True,
+        anchor=datetime(1970, 1, 1, tzinfo=UTC),
+        next_fire_at=next_fire_at,
+        fingerprint=f"fp-{name}",
+    )
+    return dataclasses.replace(base, **over)
+
+
+async def create_bulk(store: PgStore, crons: list[CronRecord]) -> None:
+    pg = PgCronStore(store)
+    shards = shardmap.ShardMap(store.shard_count)
+    by_shard: dict[int, list[CronRecord]] = {}
+    for c in crons:
+        by_shard.setdefault(shards.shard_of(c.id), []).append(c)
+    for shard, mine in by_shard.items():
+        for k in range(0, len(mine), 1000):
+            results = await pg.create_many(shard, mine[k : k + 1000])
+            assert all(not isinstance(r, Exception) and r[1] for r in results)
+
+
+def ledger(dsns: list[str]) -> list[tuple[Any, datetime, Any]]:
+    rows = []
+    for dsn in dsns:
+        with psycopg.connect(dsn) as conn:
+            rows += conn.execute("SELECT cron_id, scheduled_for, job_id FROM cron_occurrences").fetchall()
+    return rows
+
+
+def minute(t: datetime) -> datetime:
+    return t.replace(second=0, microsecond=0)
+
+
+async def test_two_materializers_racing_on_10000_crons_write_every_slot_once(
+    store: PgStore, shard_dsns: list[str]
+) -> None:
+    start = minute(datetime.now(UTC)) + timedelta(minutes=1)
+    crons = [bulk_cron(f"race-{i:05d}", start) for i in range(10_000)]
+    await create_bulk(store, crons)
+    stores = [PgStore(shard_dsns, max_size=3), PgStore(shard_dsns, max_size=3)]
+    for s in stores:
+        await s.open()
+    clock = FakeClock(start - timedelta(seconds=30))
+    materializers = [
+        Materializer(PgCronStore(s), clock=clock, max_clock_skew_seconds=None, page_size=700) for s in stores
+    ]
+    created = [0, 0]
+
+    async def leader(i: int) -> None:
+        for shard in range(2):
+            while n := await materializers[i].run_once(shard):
+                created[i] += n
+
+    try:
+        for _ in range(3):  # three minutes of slots, each raced for by both
+            await asyncio.gather(leader(0), leader(1))
+            clock.advance(60)
+    finally:
+        for s in stores:
+            await s.close()
+    rows = occurrences(shard_dsns)
+    keys = [(c, t) for c, t, _ in rows]
+    assert len(keys) == len(set(keys)), "a (cron_id, scheduled_for) was materialized twice"
+    # Every cron has exactly its three (or four: lookahead) consecutive slots, no gap.
+    by_cron: dict[Any, list[datetime]] = {}
+    for c, t in keys:
+        by_cron.setdefault(c, []).append(t)
+    assert set(by_cron) == {c.id for c in crons}
+    for slots in by_cron.values():
+        slots.sort()
+        assert slots[0] == start and len(slots) >= 3
+        assert all(b - a == timedelta(minutes=1) for a, b in zip(slots, slots[1:], strict=False))
+    assert sum(created) == len(keys)
+    assert {(c, t) for c, t, _ in ledger(shard_dsns)} == set(keys)
+    print(f"\n10,000 crons, two materializers: {len(keys)} occurrences, split {created}")
+
+
+@pytest.mark.parametrize(
+    ("policy", "cap", "expected_runs", "expected_missed"),
+    [("RUN_ALL", 5, 6, 3), ("RUN_ONCE", 5, 2, 7), ("SKIP", 5, 1, 8)],
+)
+async def test_misfire_policies_through_the_bulk_path(
+    store: PgStore, shard_dsns: list[str], policy: str, cap: int, expected_runs: int, expected_missed: int
+) -> None:
+    # 250 crons every 15 minutes, down for two hours, written in pages of 60:
+    # each cron gets its policy's slots whatever page it is on.
+    first = minute(datetime.now(UTC)).replace(minute=0) + timedelta(hours=1)
+    crons = [
+        bulk_cron(f"m-{i:03d}", first, schedule="*/15 * * * *", misfire_policy=policy) for i in range(250)
+    ]
+    await create_bulk(store, crons)
+    clock = FakeClock(first + timedelta(hours=2, seconds=30))
+    await materialize_all(store, clock, catchup_cap=cap, page_size=60)
+    per_cron = Counter(c for c, _, _ in occurrences(shard_dsns))
+    assert set(per_cron.values()) == {expected_runs} and len(per_cron) == 250
+    pg = PgCronStore(store)
+    shards = shardmap.ShardMap(2)
+    missed = set()
+    for c in crons:
+        saved = await pg.get(shards.shard_of(c.id), GetCronParams(c.id, A_OWNER))
+        assert saved is not None
+        missed.add(saved.missed_count)
+        assert saved.next_fire_at == first + timedelta(hours=2, minutes=15)
+    assert missed == {expected_missed}
+    assert await materialize_all(store, clock, catchup_cap=cap, page_size=60) == 0
+
+
+async def test_forbid_through_the_bulk_path_skips_slots_while_one_is_pending(
+    store: PgStore, shard_dsns: list[str]
+) -> None:
+    start = minute(datetime.now(UTC)) + timedelta(minutes=2)
+    crons = [bulk_cron(f"f-{i:03d}", start, concurrency="FORBID") for i in range(300)]
+    await create_bulk(store, crons)
+    clock = FakeClock(start - timedelta(seconds=30))
+    # Slot 1 is made (nothing pending); slot 2 waits for it.
+    assert await materialize_all(store, clock, page_size=70) == 300
+    # Slot 2 comes due while slot 1 is still pending: skipped and counted,
+    # not made; slot 3 (within the lookahead) waits.
+    clock.advance(90)
+    assert await materialize_all(store, clock, page_size=70) == 0
+    per_cron = Counter(c for c, _, _ in occurrences(shard_dsns))
+    assert set(per_cron.values()) == {1}
+    pg = PgCronStore(store)
+    shards = shardmap.ShardMap(2)
+    for c in crons[:20]:
+        saved = await pg.get(shards.shard_of(c.id), GetCronParams(c.id, A_OWNER))
+        assert saved is not None and saved.skipped_count == 1
+        assert saved.next_fire_at == start + timedelta(minutes=2)
+    # Once the pending ones finish, the next slot is made again.
+    for shard in range(2):
+        while claimed := await store.claim_jobs(shard, ClaimParams("w", 500, 60, 0, now=clock.now())):
+            results = tuple(JobResult(j.lease, Outcome.SUCCEEDED, "w", clock.now(), 0.0) for j in claimed)
+            await store.finish_jobs(shard, FinishParams(results, now=clock.now()))
+    clock.advance(60)
+    assert await materialize_all(store, clock, page_size=70) == 300
+
+
+async def test_fixed_delay_through_the_bulk_path_restarts_from_the_finish(
+    store: PgStore, shard_dsns: list[str]
+) -> None:
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=10)
+    crons = [
+        bulk_cron(f"d-{i:03d}", start, schedule="every 5m fixed-delay", schedule_kind="FIXED_DELAY")
+        for i in range(200)
+    ]
+    await create_bulk(store, crons)
+    clock = FakeClock(start)
+    assert await materialize_all(store, clock, page_size=45) == 200
+    # Waiting for the occurrence to finish: nothing more.
+    clock.advance(600)
+    assert await materialize_all(store, clock, page_size=45) == 0
+    finished = clock.now()
+    for shard in range(2):
+        while claimed := await store.claim_jobs(shard, ClaimParams("w", 500, 60, 0, now=finished)):
+            results = tuple(JobResult(j.lease, Outcome.SUCCEEDED, "w", finished, 0.0) for j in claimed)
+            await store.finish_jobs(shard, FinishParams(results, now=finished))
+    clock.advance(1)
+    await materialize_all(store, clock, page_size=45)  # restarts: next = finish + 5 min
+    pg = PgCronStore(store)
+    shards = shardmap.ShardMap(2)
+    for c in crons:
+        saved = await pg.get(shards.shard_of(c.id), GetCronParams(c.id, A_OWNER))
+        assert saved is not None and saved.next_fire_at == finished + timedelta(minutes=5)
+    clock.set(finished + timedelta(minutes=5))
+    assert await materialize_all(store, clock, page_size=45) == 200
+
+
+async def test_jitter_deadline_far_and_dst_through_the_bulk_path(store: PgStore, shard_dsns: list[str]) -> None:
+    # 02:30 does not exist in New York on 2026-03-08: the slot fires at 03:00 EDT (07:00Z).
+    gap_day = datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
+    ny = [
+        bulk_cron(f"ny-{i}", gap_day, schedule="30 2 * * *", time_zone="America/New_York", jitter_seconds=120,
+                  starting_deadline_seconds=600)
+        for i in range(50)
+    ]  # fmt: skip
+    # A jitter of a day puts the run beyond the far horizon: into jobs_far.
+    far = [bulk_cron(f"far-{i}", gap_day, schedule="0 7 * * *", jitter_seconds=86_400) for i in range(50)]
+    await create_bulk(store, ny + far)
+    clock = FakeClock(gap_day - timedelta(seconds=30))
+    made = await materialize_all(store, clock, page_size=30, far_horizon_seconds=3600)
+    assert made == 100
+    rows = []
+    for dsn in shard_dsns:
+        with psycopg.connect(dsn) as conn:
+            rows += conn.execute(
+                "SELECT cron_id, scheduled_for, run_at, deadline_at, 'near' FROM jobs "
+                "UNION ALL SELECT cron_id, scheduled_for, run_at, deadline_at, 'far' FROM jobs_far"
+            ).fetchall()
+    by_cron = {r[0]: r for r in rows}
+    for c in ny:
+        _, slot, run_at, deadline, place = by_cron[c.id]
+        assert slot == gap_day and place == "near"
+        assert run_at == slot + timedelta(seconds=stable_jitter(c.id_text, 120))
+        assert deadline == run_at + timedelta(seconds=600)
+    far_places = {by_cron[c.id][4] for c in far if by_cron[c.id][2] > clock.now() + timedelta(hours=1)}
+    assert far_places == {"far"}
+    pg = PgCronStore(store)
+    saved = await pg.get(shardmap.ShardMap(2).shard_of(ny[0].id), GetCronParams(ny[0].id, A_OWNER))
+    assert saved is not None and saved.next_fire_at == datetime(2026, 3, 9, 6, 30, tzinfo=UTC)
+
+
+async def test_a_pass_is_refused_across_a_clock_jump(store: PgStore, shard_dsns: list[str]) -> None:
+    start = minute(datetime.now(UTC)) + timedelta(minutes=1)
+    await create_bulk(store, [bulk_cron(f"j-{i}", start, misfire_policy="SKIP") for i in range(10)])
+    # This process's clock jumped two hours ahead: planning from it would
+    # count two hours of slots as missed and SKIP would drop them.
+    jumped = FakeClock(datetime.now(UTC) + timedelta(hours=2))
+    m = Materializer(PgCronStore(store), clock=jumped, max_clock_skew_seconds=30)
+    before = REGISTRY.get_sample_value("vakit_cron_clock_skew_refusals_total", {"shard": "0"}) or 0.0
+    assert sum([await m.run_once(s) for s in range(2)]) == 0
+    after = REGISTRY.get_sample_value("vakit_cron_clock_skew_refusals_total", {"shard": "0"}) or 0.0
+    assert after == before + 1
+    assert occurrences(shard_dsns) == []
+    # The same materializer on a sane clock works (the slot is within the
+    # 60 s lookahead of now).
+    m.clock = FakeClock(datetime.now(UTC))
+    assert sum([await m.run_once(s) for s in range(2)]) == 10

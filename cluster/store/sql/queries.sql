@@ -453,6 +453,48 @@ RETURNING *;
 -- name: get_cron_by_name
 SELECT * FROM cron_jobs WHERE owner_service = %(owner)s AND name = %(name)s;
 
+-- name: insert_crons
+-- Many definitions in one statement (the batch API, `crons apply`). A name
+-- that exists inserts nothing; the existing row comes back with
+-- created = false and the store compares fingerprints. A name another
+-- transaction inserted after this statement's snapshot comes back in
+-- neither part: the store reads it with get_crons_by_names.
+WITH v AS (
+    SELECT * FROM unnest(%(ids)b::uuid[], %(owners)b::text[], %(names)b::text[],
+                         %(schedules)b::text[], %(schedule_kinds)b::text[], %(time_zones)b::text[],
+                         %(types)b::text[], %(target_kinds)b::text[], %(targets)b::text[],
+                         %(payloads)b::text[], %(misfire_policies)b::text[],
+                         %(concurrencies)b::text[], %(jitters)b::int[], %(max_attempts)b::int[],
+                         %(timeouts)b::int[], %(deadlines)b::int[], %(enabled)b::bool[],
+                         %(anchors)b::timestamptz[], %(next_fire)b::timestamptz[],
+                         %(fingerprints)b::text[])
+           AS v(id, owner_service, name, schedule, schedule_kind, time_zone, type, target_kind,
+                target, payload, misfire_policy, concurrency, jitter_seconds, max_attempts,
+                timeout_seconds, starting_deadline_seconds, enabled, anchor, next_fire_at,
+                fingerprint)
+),
+ins AS (
+    INSERT INTO cron_jobs (id, owner_service, name, schedule, schedule_kind, time_zone, type,
+                           target_kind, target, payload, misfire_policy, concurrency,
+                           jitter_seconds, max_attempts, timeout_seconds,
+                           starting_deadline_seconds, enabled, anchor, next_fire_at, fingerprint)
+    SELECT id, owner_service, name, schedule, schedule_kind, time_zone, type, target_kind,
+           target::jsonb, payload::jsonb, misfire_policy, concurrency, jitter_seconds,
+           max_attempts, timeout_seconds, starting_deadline_seconds, enabled, anchor,
+           next_fire_at, fingerprint
+      FROM v
+    ON CONFLICT (owner_service, name) DO NOTHING
+    RETURNING *
+)
+SELECT true AS created, * FROM ins
+UNION ALL
+SELECT false, c.* FROM cron_jobs c JOIN v ON c.owner_service = v.owner_service AND c.name = v.name
+ WHERE c.id <> v.id;
+
+-- name: get_crons_by_names
+SELECT * FROM cron_jobs
+ WHERE (owner_service, name) IN (SELECT * FROM unnest(%(owners)b::text[], %(names)b::text[]));
+
 -- name: get_cron
 SELECT * FROM cron_jobs WHERE id = %(id)s AND owner_service = %(owner)s;
 
@@ -479,10 +521,16 @@ RETURNING *;
 DELETE FROM cron_jobs WHERE id = %(id)s AND owner_service = %(owner)s RETURNING id;
 
 -- name: cancel_cron_occurrences
--- Deleting a cron cancels its occurrences that have not started; running
--- ones finish.
+-- Deleting a cron cancels its occurrences that have not started, near and
+-- far; running ones finish.
 WITH gone AS (
     DELETE FROM jobs WHERE cron_id = %(id)s AND status = 'SCHEDULED' RETURNING *
+),
+gone_far AS (
+    DELETE FROM jobs_far WHERE cron_id = %(id)s RETURNING *
+),
+g AS (
+    SELECT * FROM gone UNION ALL SELECT * FROM gone_far
 )
 INSERT INTO job_history (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
                          status, attempt, max_attempts, timeout_seconds, target_kind, target,
@@ -490,25 +538,53 @@ INSERT INTO job_history (id, owner_service, idempotency_key, type, cron_id, sche
 SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, 'CANCELLED',
        attempt, max_attempts, timeout_seconds, target_kind, target, payload,
        'cron job deleted', created_at, now()
-  FROM gone
+  FROM g
 RETURNING id;
 
 -- name: due_crons
-SELECT * FROM cron_jobs
- WHERE enabled AND next_fire_at <= coalesce(%(now)s, now()) + make_interval(secs => %(lookahead)s)
- ORDER BY next_fire_at
+-- A page of due crons in keyset order: only what planning needs (the write
+-- copies target and payload inside the database). (next_fire_at, id) is
+-- the index cron_jobs_due_key_idx: a page starts where the last one ended,
+-- even inside an instant a million crons share.
+SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurrency,
+       jitter_seconds, starting_deadline_seconds, next_fire_at
+  FROM cron_jobs
+ WHERE enabled AND next_fire_at <= %(until)s
+   AND (next_fire_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
+ ORDER BY next_fire_at, id
  LIMIT %(limit)s;
+
+-- name: cron_due_counts
+-- The waves ahead: enabled crons due per second up to `until` (the overdue
+-- ones in the first second), so the materializer starts a large instant
+-- early enough.
+SELECT greatest(date_trunc('second', next_fire_at), date_trunc('second', %(now)s::timestamptz))
+           AS at,
+       count(*) AS n
+  FROM cron_jobs
+ WHERE enabled AND next_fire_at <= %(until)s
+ GROUP BY 1
+ ORDER BY 1;
 
 -- name: waiting_fixed_delay_crons
-SELECT * FROM cron_jobs
+SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurrency,
+       jitter_seconds, starting_deadline_seconds, next_fire_at
+  FROM cron_jobs
  WHERE enabled AND next_fire_at IS NULL AND schedule_kind = 'FIXED_DELAY'
+   AND id > %(after_id)s::uuid
+ ORDER BY id
  LIMIT %(limit)s;
 
--- name: cron_pending
--- Occurrences of a cron still in the hot table (SCHEDULED or RUNNING), and
+-- name: crons_pending
+-- Per cron: occurrences not finished (the hot table holds only SCHEDULED
+-- and RUNNING rows; far ones count too), and, where asked (fixed delay),
 -- when its latest occurrence finished.
-SELECT (SELECT count(*) FROM jobs WHERE cron_id = %(id)s) AS pending,
-       (SELECT max(finished_at) FROM job_history WHERE cron_id = %(id)s) AS last_finished;
+SELECT v.id,
+       (SELECT count(*) FROM jobs j WHERE j.cron_id = v.id)
+       + (SELECT count(*) FROM jobs_far f WHERE f.cron_id = v.id) AS pending,
+       CASE WHEN v.finished THEN (SELECT max(h.finished_at) FROM job_history h
+                                   WHERE h.cron_id = v.id) END AS last_finished
+  FROM unnest(%(ids)b::uuid[], %(finished)b::bool[]) AS v(id, finished);
 
 -- name: insert_occurrences
 -- The ledger row first: an occurrence that exists already (another
@@ -532,16 +608,93 @@ SELECT v.job_id, c.owner_service, c.type, c.id, v.scheduled_for, v.run_at, c.max
  WHERE c.id = %(cron_id)s
 RETURNING id, scheduled_for;
 
--- name: advance_cron
--- Compare-and-set: only the materializer that read this next_fire_at moves it.
-UPDATE cron_jobs
-   SET next_fire_at = %(next)s,
-       last_fire_at = CASE WHEN %(last_fire)s::timestamptz IS NULL THEN last_fire_at
-                           ELSE greatest(last_fire_at, %(last_fire)s::timestamptz) END,
-       missed_count = missed_count + %(missed)s,
-       skipped_count = skipped_count + %(skipped)s
- WHERE id = %(id)s AND next_fire_at IS NOT DISTINCT FROM %(expected)s
-RETURNING id;
+-- name: materialize_crons
+-- Many crons at once, one transaction. Per cron a compare-and-set on
+-- next_fire_at; the rows are locked SKIP LOCKED in the same step, so two
+-- materializers (or a worker stamping last_success_at) never wait on or
+-- deadlock with each other: a cron held elsewhere simply loses this round.
+-- Only the crons whose CAS won get occurrences: the ledger row first (one
+-- per (cron_id, scheduled_for), ever), then the job, copied from the cron
+-- row; beyond the far horizon into jobs_far (never FORBID or fixed-delay
+-- occurrences: their pending count and the FORBID index read the hot
+-- table). A FORBID occurrence that meets a pending one at the last moment
+-- (a manual trigger) is refused by the index: returned as 'refused'.
+WITH v AS (
+    SELECT * FROM unnest(%(ids)b::uuid[], %(expected)b::timestamptz[], %(next)b::timestamptz[],
+                         %(last_fire)b::timestamptz[], %(missed)b::int8[], %(skipped)b::int8[])
+           AS v(id, expected, next, last_fire, missed, skipped)
+),
+locked AS (
+    -- A lookup by primary key per cron (the locking subquery is never
+    -- flattened into a join), never a scan of the whole table.
+    SELECT v.* FROM v CROSS JOIN LATERAL (
+        SELECT FROM cron_jobs c
+         WHERE c.id = v.id AND c.next_fire_at IS NOT DISTINCT FROM v.expected
+           FOR UPDATE SKIP LOCKED
+    ) l
+),
+moved AS (
+    -- The rows are ours since `locked`: nothing can move them in between.
+    -- `= ANY(ids)` lets the planner find them by primary key on a large
+    -- table instead of scanning it for the join.
+    UPDATE cron_jobs c
+       SET next_fire_at = v.next,
+           last_fire_at = CASE WHEN v.last_fire IS NULL THEN c.last_fire_at
+                               ELSE greatest(c.last_fire_at, v.last_fire) END,
+           missed_count = c.missed_count + v.missed,
+           skipped_count = c.skipped_count + v.skipped
+      FROM locked v
+     WHERE c.id = v.id AND c.id = ANY(%(ids)b::uuid[])
+    RETURNING c.id, c.owner_service, c.type, c.max_attempts, c.timeout_seconds, c.target_kind,
+              c.target, c.payload, c.concurrency,
+              (c.concurrency <> 'FORBID' AND c.schedule_kind <> 'FIXED_DELAY') AS may_go_far
+),
+o AS (
+    SELECT * FROM unnest(%(occ_cron)b::uuid[], %(occ_job)b::uuid[], %(occ_scheduled)b::timestamptz[],
+                         %(occ_run_at)b::timestamptz[], %(occ_deadline)b::timestamptz[])
+           AS o(cron_id, job_id, scheduled_for, run_at, deadline_at)
+),
+ledger AS (
+    INSERT INTO cron_occurrences (cron_id, scheduled_for, job_id)
+    SELECT o.cron_id, o.scheduled_for, o.job_id FROM o JOIN moved m ON m.id = o.cron_id
+    ON CONFLICT DO NOTHING
+    RETURNING cron_id, job_id
+),
+fresh AS (
+    SELECT o.job_id, o.scheduled_for, o.run_at, o.deadline_at, m.*,
+           m.may_go_far AND o.run_at > %(now)s::timestamptz
+                                       + make_interval(secs => %(far_horizon)s) AS far
+      FROM ledger l JOIN o ON o.job_id = l.job_id JOIN moved m ON m.id = l.cron_id
+),
+near_rows AS (
+    INSERT INTO jobs (id, owner_service, type, cron_id, scheduled_for, run_at, max_attempts,
+                      timeout_seconds, target_kind, target, payload, concurrency, deadline_at)
+    SELECT job_id, owner_service, type, id, scheduled_for, run_at, max_attempts,
+           timeout_seconds, target_kind, target, payload, concurrency, deadline_at
+      FROM fresh WHERE NOT far
+    ON CONFLICT DO NOTHING
+    RETURNING id
+),
+far_rows AS (
+    INSERT INTO jobs_far (id, owner_service, type, cron_id, scheduled_for, run_at, max_attempts,
+                          timeout_seconds, target_kind, target, payload, concurrency, deadline_at)
+    SELECT job_id, owner_service, type, id, scheduled_for, run_at, max_attempts,
+           timeout_seconds, target_kind, target, payload, concurrency, deadline_at
+      FROM fresh WHERE far
+    RETURNING id
+)
+SELECT 'advanced' AS kind, id FROM moved
+UNION ALL
+SELECT 'refused', f.id FROM fresh f
+ WHERE NOT f.far AND f.job_id NOT IN (SELECT id FROM near_rows)
+UNION ALL
+SELECT 'created', NULL FROM near_rows
+UNION ALL
+SELECT 'created', NULL FROM far_rows;
+
+-- name: cron_clock
+-- The shard's clock, which the materializer compares with its own.
+SELECT now() AS now;
 
 -- name: revoke_replaced
 -- REPLACE: a newer occurrence starts, the running ones are revoked. Moving
@@ -568,6 +721,9 @@ SELECT r.id, r.scheduled_for, r.run_at, r.status, r.attempt, r.last_error, r.fin
   FROM (
     SELECT id, scheduled_for, run_at, status, attempt, last_error, NULL::timestamptz AS finished_at
       FROM jobs WHERE cron_id = %(id)s
+    UNION ALL
+    SELECT id, scheduled_for, run_at, status, attempt, last_error, NULL::timestamptz
+      FROM jobs_far WHERE cron_id = %(id)s
     UNION ALL
     SELECT id, scheduled_for, run_at, status, attempt, last_error, finished_at
       FROM job_history WHERE cron_id = %(id)s

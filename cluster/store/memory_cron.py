@@ -1,0 +1,367 @@
+"""Cron definitions and occurrences in memory, beside :class:`MemStore`.
+
+The :class:`~cluster.store.base.CronStore` contract with the semantics of
+:mod:`cluster.store.postgres_cron` and its named queries: a cron's
+occurrences become jobs of the :class:`MemStore` it wraps (so a worker over
+that store runs them), one per (cron_id, scheduled_for) ever, written only
+when the compare-and-set on ``next_fire_at`` wins. Time is the store's
+injected clock. ``tests/contract/test_cron_store_contract.py`` runs the
+same cases against both. Not for production: nothing is durable.
+
+Known difference: a MemStore job carries no concurrency policy or starting
+deadline (its records have no such fields), so a worker over the memory
+store neither skips late occurrences nor revokes replaced ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from cluster.errors import Conflict, NotFound
+from cluster.model import (
+    CreateJobParams,
+    CronRecord,
+    CronRun,
+    CronRunsParams,
+    DeleteCronParams,
+    DueCountsParams,
+    DueCron,
+    DueCronsParams,
+    GetCronParams,
+    JobRecord,
+    JobStatus,
+    ListCronsParams,
+    MaterializeBatchParams,
+    MaterializeResult,
+    Occurrence,
+    PendingInfo,
+    PendingParams,
+    TriggerCronParams,
+    WaitingCronsParams,
+)
+from cluster.store.memory import MemStore
+
+__all__ = ["MemCronStore"]
+
+
+@dataclass
+class _Crons:
+    by_id: dict[uuid.UUID, CronRecord] = field(default_factory=dict)
+    by_name: dict[tuple[str, str], uuid.UUID] = field(default_factory=dict)
+    # cron_occurrences: outlives the job, so a slot is never made twice.
+    ledger: dict[tuple[uuid.UUID, datetime], uuid.UUID] = field(default_factory=dict)
+
+
+def _due_cron(c: CronRecord) -> DueCron:
+    return DueCron(
+        c.id,
+        c.schedule,
+        c.schedule_kind,
+        c.time_zone,
+        c.anchor,
+        c.misfire_policy,
+        c.concurrency,
+        c.jitter_seconds,
+        c.starting_deadline_seconds,
+        c.next_fire_at,
+    )
+
+
+def _second(t: datetime) -> datetime:
+    return t.replace(microsecond=0)
+
+
+class MemCronStore:
+    """:class:`~cluster.store.base.CronStore` over a :class:`MemStore`'s shards."""
+
+    def __init__(self, store: MemStore) -> None:
+        self.store = store
+        self.shard_count = store.shard_count
+        self._crons = [_Crons() for _ in range(store.shard_count)]
+
+    def _c(self, shard: int) -> _Crons:
+        self.store._shard(shard)  # the same range check and ValueError
+        return self._crons[shard]
+
+    def _now(self) -> datetime:
+        return self.store.clock.now()
+
+    def _view(self, shard: int, cron: CronRecord) -> CronRecord:
+        """The record as the database shows it: last_success_at is stamped
+        by finish_jobs there; here it is read from the history."""
+        s = self.store._shard(shard)
+        succeeded = [
+            h.finished_at
+            for h in s.history.values()
+            if h.cron_id == cron.id and h.status is JobStatus.SUCCEEDED and h.finished_at
+        ]
+        return dataclasses.replace(cron, last_success_at=max(succeeded, default=None))
+
+    # -- definitions -----------------------------------------------------------
+
+    async def create(self, shard: int, cron: CronRecord) -> tuple[CronRecord, bool]:
+        [result] = await self.create_many(shard, [cron])
+        if isinstance(result, Conflict):
+            raise result
+        return result
+
+    async def create_many(
+        self, shard: int, crons: Sequence[CronRecord]
+    ) -> list[tuple[CronRecord, bool] | Conflict]:
+        c = self._c(shard)
+        out: list[tuple[CronRecord, bool] | Conflict] = []
+        async with self.store._lock:
+            now = self._now()
+            for cron in crons:
+                existing_id = c.by_name.get((cron.owner, cron.name))
+                if existing_id is not None:
+                    existing = self._view(shard, c.by_id[existing_id])
+                    if existing.fingerprint != cron.fingerprint:
+                        out.append(
+                            Conflict(
+                                f"a cron job named {cron.name!r} exists with a different "
+                                "definition; PATCH it, or choose another name",
+                                cron_job_id=existing.id_text,
+                                constraint="cron_jobs_name_uq",
+                            )
+                        )
+                    else:
+                        out.append((existing, False))
+                    continue
+                saved = dataclasses.replace(
+                    cron,
+                    last_fire_at=None,
+                    last_success_at=None,
+                    missed_count=0,
+                    skipped_count=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+                c.by_id[saved.id] = saved
+                c.by_name[(saved.owner, saved.name)] = saved.id
+                out.append((saved, True))
+        return out
+
+    async def get(self, shard: int, params: GetCronParams) -> CronRecord | None:
+        c = self._c(shard)
+        cron = c.by_id.get(params.id)
+        if cron is None or cron.owner != params.owner:
+            return None
+        return self._view(shard, cron)
+
+    async def list_page(self, shard: int, params: ListCronsParams) -> list[CronRecord]:
+        c = self._c(shard)
+        mine = sorted(
+            (x for x in c.by_id.values() if x.owner == params.owner and x.name > params.after),
+            key=lambda x: x.name,
+        )
+        return [self._view(shard, x) for x in mine[: params.limit]]
+
+    async def update(self, shard: int, cron: CronRecord) -> CronRecord:
+        c = self._c(shard)
+        async with self.store._lock:
+            old = c.by_id.get(cron.id)
+            if old is None or old.owner != cron.owner:
+                raise NotFound("no such cron job", cron_job_id=cron.id_text)
+            # update_cron: the definition and next_fire_at change; the
+            # name, counters and stamps stay.
+            saved = dataclasses.replace(
+                cron,
+                name=old.name,
+                last_fire_at=old.last_fire_at,
+                missed_count=old.missed_count,
+                skipped_count=old.skipped_count,
+                created_at=old.created_at,
+                updated_at=self._now(),
+            )
+            c.by_id[cron.id] = saved
+            return self._view(shard, saved)
+
+    async def delete(self, shard: int, params: DeleteCronParams) -> int:
+        c = self._c(shard)
+        s = self.store._shard(shard)
+        async with self.store._lock:
+            cron = c.by_id.get(params.id)
+            if cron is None or cron.owner != params.owner:
+                raise NotFound("no such cron job")
+            del c.by_id[cron.id]
+            del c.by_name[(cron.owner, cron.name)]
+            now = self._now()
+            # Not started, near or far; running ones finish.
+            waiting = [
+                r for r in s.rows.values() if r.job.cron_id == cron.id and r.job.status is JobStatus.SCHEDULED
+            ]
+            for row in waiting:
+                self.store._to_history(s, row, JobStatus.CANCELLED, "cron job deleted", now)
+            return len(waiting)
+
+    def _pending_near(self, shard: int, cron_id: uuid.UUID) -> bool:
+        s = self.store._shard(shard)
+        return any(r.job.cron_id == cron_id and not r.far for r in s.rows.values())
+
+    def _insert(self, shard: int, cron: CronRecord, occ: Occurrence, far: bool) -> None:
+        s = self.store._shard(shard)
+        params = CreateJobParams(
+            id=occ.job_id,
+            owner=cron.owner,
+            type=cron.type,
+            run_at=occ.run_at,
+            scheduled_for=occ.scheduled_for,
+            target=cron.target,
+            payload=cron.payload,
+            max_attempts=cron.max_attempts,
+            timeout_seconds=cron.timeout_seconds,
+            cron_id=cron.id,
+            far=far,
+        )
+        self.store._create(s, shard, params)
+
+    async def trigger(self, shard: int, params: TriggerCronParams) -> bool:
+        c = self._c(shard)
+        cron, occ = params.cron, params.occurrence
+        async with self.store._lock:
+            if (cron.id, occ.scheduled_for) in c.ledger:
+                return False
+            current = c.by_id.get(cron.id, cron)
+            if current.concurrency == "FORBID" and self._pending_near(shard, cron.id):
+                raise Conflict(
+                    "concurrency is FORBID and an occurrence of this cron job is pending or running",
+                    cron_job_id=cron.id_text,
+                    constraint="jobs_forbid_one_idx",
+                )
+            c.ledger[(cron.id, occ.scheduled_for)] = occ.job_id
+            self._insert(shard, current, occ, far=False)
+            return True
+
+    async def runs(self, shard: int, params: CronRunsParams) -> list[CronRun]:
+        s = self.store._shard(shard)
+        jobs: list[JobRecord] = [r.job for r in s.rows.values() if r.job.cron_id == params.cron_id]
+        jobs += [h for h in s.history.values() if h.cron_id == params.cron_id]
+        jobs.sort(key=lambda j: j.scheduled_for, reverse=True)
+        out = []
+        for j in jobs[: params.limit]:
+            lateness = next(
+                (
+                    a.lateness_seconds
+                    for a in sorted(s.attempts.get(j.id, []), key=lambda a: a.attempt)
+                    if a.lateness_seconds is not None
+                ),
+                None,
+            )
+            out.append(
+                CronRun(
+                    job_id=j.id,
+                    scheduled_for=j.scheduled_for,
+                    run_at=j.run_at,
+                    status=str(j.status),
+                    attempt=j.attempt,
+                    last_error=j.last_error,
+                    finished_at=j.finished_at,
+                    lateness_seconds=lateness,
+                )
+            )
+        return out
+
+    # -- the materializer ------------------------------------------------------
+
+    async def database_now(self, shard: int) -> datetime:
+        self._c(shard)
+        return self._now()
+
+    async def due(self, shard: int, params: DueCronsParams) -> list[DueCron]:
+        c = self._c(shard)
+        due = sorted(
+            (x.next_fire_at, x.id)
+            for x in c.by_id.values()
+            if x.enabled and x.next_fire_at is not None and x.next_fire_at <= params.until
+        )
+        if params.after is not None:
+            due = [k for k in due if k > params.after]
+        return [_due_cron(c.by_id[i]) for _, i in due[: params.limit]]
+
+    async def due_counts(self, shard: int, params: DueCountsParams) -> list[tuple[datetime, int]]:
+        c = self._c(shard)
+        counts: dict[datetime, int] = {}
+        floor = _second(params.now)
+        for x in c.by_id.values():
+            if x.enabled and x.next_fire_at is not None and x.next_fire_at <= params.until:
+                at = max(_second(x.next_fire_at), floor)
+                counts[at] = counts.get(at, 0) + 1
+        return sorted(counts.items())
+
+    async def waiting_fixed_delay(self, shard: int, params: WaitingCronsParams) -> list[DueCron]:
+        c = self._c(shard)
+        waiting = sorted(
+            x.id
+            for x in c.by_id.values()
+            if x.enabled
+            and x.next_fire_at is None
+            and x.schedule_kind == "FIXED_DELAY"
+            and (params.after is None or x.id > params.after)
+        )
+        return [_due_cron(c.by_id[i]) for i in waiting[: params.limit]]
+
+    async def pending(self, shard: int, params: PendingParams) -> dict[uuid.UUID, PendingInfo]:
+        self._c(shard)
+        s = self.store._shard(shard)
+        out = {}
+        for cron_id in params.cron_ids:
+            n = sum(1 for r in s.rows.values() if r.job.cron_id == cron_id)
+            last = None
+            if params.with_finished:
+                last = max(
+                    (h.finished_at for h in s.history.values() if h.cron_id == cron_id and h.finished_at),
+                    default=None,
+                )
+            out[cron_id] = PendingInfo(n, last)
+        return out
+
+    async def materialize(self, shard: int, params: MaterializeBatchParams) -> MaterializeResult:
+        c = self._c(shard)
+        far_edge = params.now + timedelta(seconds=params.far_horizon_seconds)
+        advanced: set[uuid.UUID] = set()
+        refused: list[uuid.UUID] = []
+        created = 0
+        async with self.store._lock:
+            for item in params.items:
+                cron = c.by_id.get(item.cron_id)
+                if cron is None or cron.next_fire_at != item.expected_next:
+                    continue  # the compare-and-set lost: nothing of this cron is written
+                last_fire = cron.last_fire_at
+                if item.last_fire is not None:
+                    last_fire = item.last_fire if last_fire is None else max(last_fire, item.last_fire)
+                c.by_id[cron.id] = cron = dataclasses.replace(
+                    cron,
+                    next_fire_at=item.next_fire_at,
+                    last_fire_at=last_fire,
+                    missed_count=cron.missed_count + item.missed,
+                    skipped_count=cron.skipped_count + item.skipped,
+                )
+                advanced.add(cron.id)
+                may_go_far = cron.concurrency != "FORBID" and cron.schedule_kind != "FIXED_DELAY"
+                for occ in item.occurrences:
+                    if (cron.id, occ.scheduled_for) in c.ledger:
+                        continue
+                    c.ledger[(cron.id, occ.scheduled_for)] = occ.job_id
+                    far = may_go_far and occ.run_at > far_edge
+                    if not far and cron.concurrency == "FORBID" and self._pending_near(shard, cron.id):
+                        refused.append(cron.id)  # the FORBID index refuses the job
+                        continue
+                    self._insert(shard, cron, occ, far)
+                    created += 1
+        return MaterializeResult(frozenset(advanced), created, tuple(refused))
+
+    async def last_successes(self, shard: int) -> list[tuple[uuid.UUID, datetime]]:
+        c = self._c(shard)
+        out = []
+        for x in c.by_id.values():
+            if not x.enabled:
+                continue
+            when = self._view(shard, x).last_success_at or x.created_at
+            if when is not None:
+                out.append((x.id, when))
+        return out

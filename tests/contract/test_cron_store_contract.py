@@ -1,0 +1,369 @@
+"""The cron store contract: every case runs on MemCronStore and PgCronStore.
+
+The same rules the API and the materializer rely on, held against both
+implementations so the in-memory one cannot drift: names unique per owner
+with idempotent repeats, set-based creates with a result per cron, keyset
+pages of due crons, and the compare-and-set that writes a cron's
+occurrences only when it wins, once per (cron_id, scheduled_for) ever.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import shardmap
+from cluster.clock import FakeClock
+from cluster.cron.plan import cron_slot
+from cluster.errors import Conflict, NotFound
+from cluster.model import (
+    ClaimParams,
+    CronRecord,
+    CronRunsParams,
+    DeleteCronParams,
+    DueCountsParams,
+    DueCronsParams,
+    FinishParams,
+    GetCronParams,
+    JobResult,
+    ListCronsParams,
+    MaterializeBatchParams,
+    MaterializeParams,
+    MaterializeResult,
+    Occurrence,
+    Outcome,
+    PendingParams,
+    TriggerCronParams,
+    WaitingCronsParams,
+)
+from cluster.store.base import CronStore, Store
+from cluster.store.memory import MemStore
+from cluster.store.memory_cron import MemCronStore
+from cluster.store.postgres import PgStore
+from cluster.store.postgres_cron import PgCronStore
+
+SHARDS = 2
+OWNER = "svc"
+FAR = 3600.0
+
+
+@dataclass
+class CronHarness:
+    store: Store
+    crons: CronStore
+    clock: FakeClock
+    kind: str
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+
+@pytest.fixture(params=["mem", pytest.param("pg", marks=pytest.mark.integration)])
+async def ch(request: pytest.FixtureRequest) -> AsyncIterator[CronHarness]:
+    # The database's now() and this clock agree to within the test's run time.
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
+    if request.param == "mem":
+        mem = MemStore(SHARDS, clock)
+        yield CronHarness(mem, MemCronStore(mem), clock, "mem")
+        return
+    dsns: list[str] = request.getfixturevalue("shard_dsns")
+    pg = PgStore(dsns, max_size=4, timeout=3.0)
+    await pg.open()
+    try:
+        yield CronHarness(pg, PgCronStore(pg), clock, "pg")
+    finally:
+        await pg.close()
+
+
+def cron(h: CronHarness, name: str = "c", *, at: float = 60.0, **over: object) -> CronRecord:
+    base = CronRecord(
+        id=shardmap.new_uuid(cron_slot(OWNER, name)),
+        owner=OWNER,
+        name=name,
+        schedule="0 * * * *",
+        schedule_kind="CRON",
+        time_zone="UTC",
+        type=name,
+        target={"kind": "HTTP", "url": "https://x.example/"},
+        payload={"n": 1},
+        misfire_policy="RUN_ONCE",
+        concurrency="ALLOW",
+        jitter_seconds=0,
+        max_attempts=3,
+        timeout_seconds=60,
+        starting_deadline_seconds=None,
+        enabled=True,
+        anchor=datetime(1970, 1, 1, tzinfo=UTC),
+        next_fire_at=h.now() + timedelta(seconds=at),
+        fingerprint=f"fp-{name}",
+    )
+    return dataclasses.replace(base, **over)  # type: ignore[arg-type]
+
+
+def occ(c: CronRecord, slot: datetime, run_at: datetime | None = None) -> Occurrence:
+    return Occurrence(shardmap.new_uuid(shardmap.slot_of(c.id)), slot, run_at or slot, None)
+
+
+def advance(
+    c: CronRecord,
+    *occurrences: Occurrence,
+    expected: datetime | None = None,
+    nxt: datetime | None = None,
+    waiting: bool = False,
+) -> MaterializeParams:
+    """The next_fire_at move of ``c``: an hour on, to ``nxt``, or to NULL
+    (``waiting``: a fixed-delay cron waiting for its occurrence)."""
+    expected = c.next_fire_at if expected is None else expected
+    return MaterializeParams(
+        cron_id=c.id,
+        expected_next=expected,
+        occurrences=occurrences,
+        next_fire_at=None if waiting else nxt or (expected or c.anchor) + timedelta(hours=1),
+        last_fire=max((o.scheduled_for for o in occurrences), default=None),
+    )
+
+
+async def write(h: CronHarness, *items: MaterializeParams, far: float = FAR) -> MaterializeResult:
+    return await h.crons.materialize(0, MaterializeBatchParams(items, now=h.now(), far_horizon_seconds=far))
+
+
+async def get(h: CronHarness, c: CronRecord) -> CronRecord:
+    found = await h.crons.get(0, GetCronParams(c.id, c.owner))
+    assert found is not None
+    return found
+
+
+# -- definitions ---------------------------------------------------------------------------------
+
+
+async def test_create_is_idempotent_by_name_and_fingerprint(ch: CronHarness) -> None:
+    c = cron(ch)
+    saved, created = await ch.crons.create(0, c)
+    assert created and saved.id == c.id and saved.created_at is not None
+    again, created = await ch.crons.create(0, dataclasses.replace(c, id=uuid.uuid4()))
+    assert not created and again.id == c.id
+    with pytest.raises(Conflict):
+        await ch.crons.create(0, dataclasses.replace(c, id=uuid.uuid4(), fingerprint="other"))
+
+
+async def test_create_many_gives_each_cron_its_own_result_in_order(ch: CronHarness) -> None:
+    existing = cron(ch, "existing")
+    await ch.crons.create(0, existing)
+    fresh = [cron(ch, f"new-{i}") for i in range(3)]
+    batch = [
+        fresh[0],
+        dataclasses.replace(existing, id=uuid.uuid4()),  # a repeat: the first one back
+        dataclasses.replace(existing, id=uuid.uuid4(), fingerprint="x"),  # a reused name
+        fresh[1],
+        dataclasses.replace(fresh[1], id=uuid.uuid4()),  # the same name twice in one call
+        fresh[2],
+    ]
+    results = await ch.crons.create_many(0, batch)
+    assert len(results) == len(batch)
+    kinds = [r if isinstance(r, Conflict) else (r[0].id, r[1]) for r in results]
+    assert kinds[0] == (fresh[0].id, True)
+    assert kinds[1] == (existing.id, False)
+    assert isinstance(kinds[2], Conflict)
+    assert kinds[3] == (fresh[1].id, True) and kinds[4] == (fresh[1].id, False)
+    assert kinds[5] == (fresh[2].id, True)
+    names = [c.name for c in await ch.crons.list_page(0, ListCronsParams(OWNER, "", 50))]
+    assert names == ["existing", "new-0", "new-1", "new-2"]
+
+
+async def test_create_many_of_a_thousand(ch: CronHarness) -> None:
+    batch = [cron(ch, f"bulk-{i:04d}") for i in range(1000)]
+    results = await ch.crons.create_many(0, batch)
+    assert all(not isinstance(r, Conflict) and r[1] for r in results)
+    again = await ch.crons.create_many(0, batch)
+    assert all(not isinstance(r, Conflict) and not r[1] for r in again)
+    assert await ch.crons.create_many(0, []) == []
+
+
+async def test_get_list_update_delete(ch: CronHarness) -> None:
+    a, b = cron(ch, "a"), cron(ch, "b")
+    for c in (a, b):
+        await ch.crons.create(0, c)
+    assert await ch.crons.get(0, GetCronParams(a.id, "someone-else")) is None
+    page = await ch.crons.list_page(0, ListCronsParams(OWNER, "a", 10))
+    assert [c.name for c in page] == ["b"]
+    changed = await ch.crons.update(0, dataclasses.replace(a, schedule="30 * * * *", fingerprint="f2"))
+    assert changed.schedule == "30 * * * *" and changed.name == "a"
+    with pytest.raises(NotFound):
+        await ch.crons.update(0, dataclasses.replace(a, id=uuid.uuid4()))
+    assert await ch.crons.delete(0, DeleteCronParams(a.id, OWNER)) == 0
+    assert await ch.crons.get(0, GetCronParams(a.id, OWNER)) is None
+    with pytest.raises(NotFound):
+        await ch.crons.delete(0, DeleteCronParams(a.id, OWNER))
+    # The name is free again.
+    _, created = await ch.crons.create(0, dataclasses.replace(a, id=uuid.uuid4()))
+    assert created
+
+
+async def test_delete_cancels_occurrences_not_started_near_and_far(ch: CronHarness) -> None:
+    c = cron(ch, at=-1)
+    await ch.crons.create(0, c)
+    assert c.next_fire_at is not None
+    near = occ(c, c.next_fire_at)
+    far = occ(c, c.next_fire_at + timedelta(days=1))
+    result = await write(ch, advance(c, near, far))
+    assert result.created == 2
+    assert (await ch.crons.pending(0, PendingParams((c.id,))))[c.id].pending == 2
+    assert await ch.crons.delete(0, DeleteCronParams(c.id, OWNER)) == 2
+    runs = await ch.crons.runs(0, CronRunsParams(c.id, 10))
+    assert [r.status for r in runs] == ["CANCELLED", "CANCELLED"]
+
+
+async def test_trigger_once_per_instant_and_forbid_refuses_a_second(ch: CronHarness) -> None:
+    c = cron(ch, concurrency="FORBID")
+    await ch.crons.create(0, c)
+    first = occ(c, ch.now())
+    assert await ch.crons.trigger(0, TriggerCronParams(c, first))
+    assert not await ch.crons.trigger(0, TriggerCronParams(c, dataclasses.replace(first, job_id=uuid.uuid4())))
+    with pytest.raises(Conflict):
+        await ch.crons.trigger(0, TriggerCronParams(c, occ(c, ch.now() + timedelta(seconds=1))))
+    runs = await ch.crons.runs(0, CronRunsParams(c.id, 10))
+    assert [(r.job_id, r.status) for r in runs] == [(first.job_id, "SCHEDULED")]
+
+
+# -- the materializer's reads --------------------------------------------------------------------
+
+
+async def test_due_pages_in_keyset_order_inside_one_instant(ch: CronHarness) -> None:
+    crons = [cron(ch, f"d{i}", at=10) for i in range(7)] + [cron(ch, "later", at=500)]
+    crons.append(cron(ch, "off", at=10, enabled=False))
+    await ch.crons.create_many(0, crons)
+    until = ch.now() + timedelta(seconds=60)
+    seen = []
+    after = None
+    while True:
+        page = await ch.crons.due(0, DueCronsParams(until=until, after=after, limit=3))
+        seen += page
+        if len(page) < 3:
+            break
+        last = page[-1]
+        assert last.next_fire_at is not None
+        after = (last.next_fire_at, last.id)
+    assert [c.id for c in seen] == sorted(c.id for c in crons[:7])
+    counts = await ch.crons.due_counts(0, DueCountsParams(now=ch.now(), until=ch.now() + timedelta(hours=1)))
+    assert [n for _, n in counts] == [7, 1]
+    assert counts[0][0] == (ch.now() + timedelta(seconds=10)).replace(microsecond=0)
+
+
+async def test_overdue_crons_count_in_the_first_second(ch: CronHarness) -> None:
+    await ch.crons.create_many(0, [cron(ch, "late1", at=-100), cron(ch, "late2", at=-5)])
+    counts = await ch.crons.due_counts(0, DueCountsParams(now=ch.now(), until=ch.now()))
+    assert counts == [(ch.now().replace(microsecond=0), 2)]
+
+
+async def test_database_now_is_the_shards_clock(ch: CronHarness) -> None:
+    assert abs((await ch.crons.database_now(0) - ch.now()).total_seconds()) < 30
+
+
+# -- the compare-and-set write -------------------------------------------------------------------
+
+
+async def test_materialize_writes_only_for_crons_whose_cas_won(ch: CronHarness) -> None:
+    won, lost = cron(ch, "won", at=-1), cron(ch, "lost", at=-1)
+    await ch.crons.create_many(0, [won, lost])
+    assert won.next_fire_at is not None and lost.next_fire_at is not None
+    stale = lost.next_fire_at - timedelta(hours=1)
+    result = await write(
+        ch,
+        advance(won, occ(won, won.next_fire_at)),
+        advance(lost, occ(lost, lost.next_fire_at), expected=stale),
+    )
+    assert result.advanced == frozenset({won.id}) and result.created == 1
+    assert (await get(ch, won)).next_fire_at == won.next_fire_at + timedelta(hours=1)
+    assert (await get(ch, won)).last_fire_at == won.next_fire_at
+    assert (await get(ch, lost)).next_fire_at == lost.next_fire_at
+    assert await ch.crons.runs(0, CronRunsParams(lost.id, 10)) == []
+    assert len(await ch.crons.runs(0, CronRunsParams(won.id, 10))) == 1
+
+
+async def test_a_slot_is_never_written_twice(ch: CronHarness) -> None:
+    c = cron(ch, at=-1)
+    await ch.crons.create(0, c)
+    assert c.next_fire_at is not None
+    slot = c.next_fire_at
+    assert (await write(ch, advance(c, occ(c, slot)))).created == 1
+    # Moved back (a PATCH, another materializer's stale plan): the CAS wins,
+    # the ledger still refuses the slot.
+    moved = await get(ch, c)
+    again = await write(ch, advance(moved, occ(c, slot), nxt=slot + timedelta(hours=2)))
+    assert again.advanced == frozenset({c.id}) and again.created == 0
+    assert len(await ch.crons.runs(0, CronRunsParams(c.id, 10))) == 1
+
+
+async def test_counts_missed_and_skipped(ch: CronHarness) -> None:
+    c = cron(ch, at=-1)
+    await ch.crons.create(0, c)
+    item = dataclasses.replace(advance(c), missed=3, skipped=2)
+    await write(ch, item)
+    saved = await get(ch, c)
+    assert (saved.missed_count, saved.skipped_count) == (3, 2)
+
+
+async def test_occurrences_beyond_the_far_horizon_go_far(ch: CronHarness) -> None:
+    allow, forbid = cron(ch, "allow", at=-1), cron(ch, "forbid", at=-1, concurrency="FORBID")
+    await ch.crons.create_many(0, [allow, forbid])
+    assert allow.next_fire_at is not None and forbid.next_fire_at is not None
+    later = ch.now() + timedelta(hours=3)
+    a = occ(allow, allow.next_fire_at, run_at=later)
+    f = occ(forbid, forbid.next_fire_at, run_at=later)
+    assert (await write(ch, advance(allow, a), advance(forbid, f))).created == 2
+    # Far jobs are not claimable; FORBID ones stay near (the index reads the hot table).
+    claimed = await ch.store.claim_jobs(
+        0, ClaimParams("w", 10, 30, 0, prefetch_seconds=4 * 3600, now=ch.now())
+    )
+    assert [j.id for j in claimed] == [f.job_id]
+    pending = await ch.crons.pending(0, PendingParams((allow.id, forbid.id)))
+    assert pending[allow.id].pending == 1 and pending[forbid.id].pending == 1
+
+
+async def test_forbid_refuses_a_second_pending_occurrence(ch: CronHarness) -> None:
+    c = cron(ch, at=-1, concurrency="FORBID")
+    await ch.crons.create(0, c)
+    assert c.next_fire_at is not None
+    assert await ch.crons.trigger(0, TriggerCronParams(c, occ(c, ch.now() - timedelta(seconds=5))))
+    result = await write(ch, advance(c, occ(c, c.next_fire_at)))
+    assert result.advanced == frozenset({c.id}) and result.created == 0
+    assert result.refused == (c.id,)
+
+
+async def test_pending_and_last_success_follow_the_occurrence(ch: CronHarness) -> None:
+    c = cron(ch, at=-1, schedule="every 5m fixed-delay", schedule_kind="FIXED_DELAY")
+    await ch.crons.create(0, c)
+    assert c.next_fire_at is not None
+    await write(ch, advance(c, occ(c, c.next_fire_at), waiting=True))
+    waiting = await ch.crons.waiting_fixed_delay(0, WaitingCronsParams())
+    assert [w.id for w in waiting] == [c.id]
+    info = await ch.crons.pending(0, PendingParams((c.id,), with_finished=True))
+    assert info[c.id].pending == 1 and info[c.id].last_finished is None
+    [job] = await ch.store.claim_jobs(0, ClaimParams("w", 10, 30, 0, now=ch.now()))
+    done = JobResult(job.lease, Outcome.SUCCEEDED, "w", ch.now(), 0.0)
+    assert await ch.store.finish_jobs(0, FinishParams((done,), now=ch.now())) == {job.id}
+    info = await ch.crons.pending(0, PendingParams((c.id,), with_finished=True))
+    assert info[c.id].pending == 0 and info[c.id].last_finished is not None
+    assert (await get(ch, c)).last_success_at is not None
+    assert c.id in dict(await ch.crons.last_successes(0))
+    runs = await ch.crons.runs(0, CronRunsParams(c.id, 10))
+    assert [r.status for r in runs] == ["SUCCEEDED"]
+
+
+async def test_disabled_crons_leave_the_silent_cron_list(ch: CronHarness) -> None:
+    on, off = cron(ch, "on"), cron(ch, "off", enabled=False)
+    await ch.crons.create_many(0, [on, off])
+    ids = dict(await ch.crons.last_successes(0))
+    assert on.id in ids and off.id not in ids
+
+
+def test_both_implementations_satisfy_the_protocol() -> None:
+    # mypy checks these assignments against CronStore.
+    mem = MemStore(1)
+    checked: list[CronStore] = [MemCronStore(mem), PgCronStore(PgStore(["postgresql://unused"]))]
+    assert len(checked) == 2
