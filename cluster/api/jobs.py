@@ -11,12 +11,13 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Request
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.responses import Response
 
@@ -150,12 +151,6 @@ def _prepare(
     return _Prepared(owner, body, run_at, target, key, digest, far)
 
 
-@router.post(
-    "/api/v1/jobs",
-    status_code=201,
-    response_model=CreateJobOut,
-    responses={200: {"model": CreateJobOut, "description": "An idempotent repeat."}},
-)
 async def create_job(
     body: CreateJobIn,
     ctx: Ctx,
@@ -164,6 +159,12 @@ async def create_job(
 ) -> Response:
     """Schedule a one-shot job. A repeat with the same ``Idempotency-Key``
     returns the first job (200) and creates nothing."""
+    return await _create_one(ctx, owner, body, idempotency_key)
+
+
+async def _create_one(
+    ctx: ApiContext, owner: str, body: CreateJobIn, idempotency_key: str | None
+) -> Response:
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
         raise InvalidRequest("Idempotency-Key must be 1 to 200 characters")
     digest = fingerprint(body) if idempotency_key is not None else None
@@ -177,6 +178,48 @@ async def create_job(
         {"jobId": job_id_text(result.job.id), "status": result.job.status.value},
         201 if result.created else 200,
     )
+
+
+class _CreateJobRoute(APIRoute):
+    """The create route, with a fast path for the common request.
+
+    FastAPI's generic request handling (solving the dependencies, reading
+    each declared header, decoding the JSON, then validating it) was half of
+    a create's CPU in the application. A request with a JSON body that
+    validates is served here directly: one ``model_validate_json``, two
+    header reads. Anything else (no or another content type, a body that
+    does not validate) takes FastAPI's own path, so every error answer is
+    exactly the one the declared endpoint gives, and so is the OpenAPI
+    document, made from the declaration."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        standard = super().get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            headers = request.headers
+            content_type = headers.get("content-type", "")
+            if content_type.partition(";")[0].strip().lower() == "application/json":
+                try:
+                    body = CreateJobIn.model_validate_json(await request.body())
+                except ValidationError:
+                    return await standard(request)
+                ctx: ApiContext = request.app.state.ctx
+                owner = ctx.owner_for(headers.get("authorization"))
+                return await _create_one(ctx, owner, body, headers.get("idempotency-key"))
+            return await standard(request)
+
+        return handler
+
+
+router.add_api_route(
+    "/api/v1/jobs",
+    create_job,
+    methods=["POST"],
+    status_code=201,
+    response_model=CreateJobOut,
+    responses={200: {"model": CreateJobOut, "description": "An idempotent repeat."}},
+    route_class_override=_CreateJobRoute,
+)
 
 
 async def _create_anywhere(
