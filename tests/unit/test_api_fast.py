@@ -1,0 +1,391 @@
+"""The API on the in-memory stores, in process: the fast tier.
+
+The same application the integration tests run on PostgreSQL, here on
+MemStore and MemCronStore through httpx's ASGI transport: auth, the job
+routes, idempotency, the problem+json shapes, the error table and batch
+create. No server is started.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from cluster.api.app import create_app
+from cluster.api.problems import kind_of, problem_for
+from cluster.config import Settings
+from cluster.cron.schedule import InvalidSchedule
+from cluster.errors import (
+    Conflict,
+    CoordinationUnavailable,
+    InvalidRequest,
+    NotFound,
+    Overloaded,
+    PayloadTooLarge,
+    ShardUnavailable,
+    StoreError,
+    Unauthorized,
+    VakitError,
+)
+from cluster.model import CreateJobsParams, CreateResult, GetJobParams
+from cluster.store.memory import MemStore
+from cluster.store.memory_cron import MemCronStore
+
+A = {"Authorization": "Bearer token-a"}
+B = {"Authorization": "Bearer token-b"}
+PROBLEM = "application/problem+json"
+
+
+def settings(**over: Any) -> Settings:
+    base: dict[str, Any] = {
+        "shards": ["mem-0", "mem-1"],
+        "api_tokens": {"token-a": "svc-a", "token-b": "svc-b"},
+        "http_target_allow": ["hooks.example.com"],
+        "max_payload_bytes": 1024,
+    }
+    base.update(over)
+    return Settings(**base)
+
+
+class FlakyShardStore(MemStore):
+    """A MemStore whose shard ``down`` answers every write as unavailable."""
+
+    down: int | None = None
+
+    async def create_jobs(self, shard: int, params: CreateJobsParams) -> list[CreateResult | Conflict]:
+        if shard == self.down:
+            raise ShardUnavailable(f"shard {shard} is unavailable: test", shard=shard)
+        return await super().create_jobs(shard, params)
+
+
+async def serve(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            yield client
+
+
+@pytest.fixture
+def store() -> FlakyShardStore:
+    return FlakyShardStore(2)
+
+
+@pytest.fixture
+async def api(store: FlakyShardStore) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings(), store=store, crons=MemCronStore(store))
+    async for client in serve(app):
+        yield client
+
+
+# One instant for every body: a repeat must be the same request.
+RUN_AT = (datetime.now(UTC) + timedelta(days=1)).isoformat().replace("+00:00", "Z")
+
+
+def body(**over: Any) -> dict[str, Any]:
+    run_at = RUN_AT
+    out: dict[str, Any] = {
+        "type": "ORDER_AUTO_CANCEL",
+        "runAt": run_at,
+        "target": {"kind": "HTTP", "url": "https://hooks.example.com/cancel"},
+        "payload": {"orderId": 98213},
+    }
+    out.update(over)
+    return out
+
+
+def assert_problem(r: httpx.Response, status: int) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith(PROBLEM)
+    problem: dict[str, Any] = r.json()
+    assert problem["status"] == status and problem["type"] == "about:blank"
+    assert problem["title"] and problem["detail"]
+    return problem
+
+
+# -- auth ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic dXNlcjpwdw=="}, {"Authorization": "Bearer "}],
+)
+async def test_auth_is_required_on_every_api_route(
+    api: httpx.AsyncClient, store: MemStore, headers: dict[str, str]
+) -> None:
+    for method, url, payload in (
+        ("POST", "/api/v1/jobs", body()),
+        ("POST", "/api/v1/jobs:batch", {"jobs": [body()]}),
+        ("GET", "/api/v1/jobs/job_01M8NDCRQPEVT9TKBNSP4S1NEN", None),
+        ("GET", "/api/v1/cluster", None),
+        ("POST", "/api/v1/cron-jobs:batch", {"cronJobs": [{"name": "x"}]}),
+    ):
+        r = await api.request(method, url, json=payload, headers=headers)
+        assert_problem(r, 401)
+        assert r.headers["WWW-Authenticate"] == "Bearer"
+    assert all(not s.rows for s in store._shards)
+
+
+# -- jobs ------------------------------------------------------------------------
+
+
+async def test_create_get_patch_delete(api: httpx.AsyncClient) -> None:
+    r = await api.post("/api/v1/jobs", json=body(), headers=A)
+    assert r.status_code == 201 and r.headers["content-type"] == "application/json"
+    created = r.json()
+    assert set(created) == {"jobId", "status"} and created["status"] == "SCHEDULED"
+    jid = created["jobId"]
+    job = (await api.get(f"/api/v1/jobs/{jid}", headers=A)).json()
+    assert job["payload"] == {"orderId": 98213} and job["maxAttempts"] == 5
+    assert job["target"] == {"kind": "HTTP", "url": "https://hooks.example.com/cancel"}
+    p = await api.patch(f"/api/v1/jobs/{jid}", json={"runAt": "2031-01-01T00:00:00+03:00"}, headers=A)
+    assert p.status_code == 200 and p.json()["runAt"] == "2030-12-31T21:00:00Z"
+    d = await api.delete(f"/api/v1/jobs/{jid}", headers=A)
+    assert d.status_code == 200 and d.json()["status"] == "CANCELLED"
+    again = assert_problem(await api.delete(f"/api/v1/jobs/{jid}", headers=A), 409)
+    assert "CANCELLED" in again["detail"]
+    # Another owner sees nothing of it.
+    assert_problem(await api.get(f"/api/v1/jobs/{jid}", headers=B), 404)
+
+
+async def test_idempotent_repeat_and_conflict(api: httpx.AsyncClient, store: MemStore) -> None:
+    headers = {**A, "Idempotency-Key": "order-98213"}
+    first = await api.post("/api/v1/jobs", json=body(), headers=headers)
+    repeat = await api.post("/api/v1/jobs", json=body(), headers=headers)
+    assert (first.status_code, repeat.status_code) == (201, 200)
+    assert first.json() == repeat.json()
+    other = assert_problem(
+        await api.post("/api/v1/jobs", json=body(payload={"orderId": 1}), headers=headers), 409
+    )
+    assert "Idempotency-Key" in other["detail"]
+    # The key is per owner: B's same key is B's own job.
+    b = await api.post("/api/v1/jobs", json=body(), headers={**B, "Idempotency-Key": "order-98213"})
+    assert b.status_code == 201 and b.json()["jobId"] != first.json()["jobId"]
+    assert sum(len(s.rows) for s in store._shards) == 2
+
+
+async def test_problem_shapes(api: httpx.AsyncClient, store: MemStore) -> None:
+    invalid = assert_problem(await api.post("/api/v1/jobs", json=body(maxAttempts=0), headers=A), 422)
+    assert invalid["title"] == "Invalid request" and invalid["detail"].startswith("maxAttempts: ")
+    assert invalid["errors"][0]["field"] == "maxAttempts"
+    naive = assert_problem(await api.post("/api/v1/jobs", json=body(runAt="2026-12-01T10:00:00"), headers=A), 422)
+    assert "RFC 3339" in naive["detail"]
+    malformed = await api.post(
+        "/api/v1/jobs", content=b'{"type": ', headers={**A, "Content-Type": "application/json"}
+    )
+    assert assert_problem(malformed, 400)["title"] == "Malformed JSON"
+    large = assert_problem(await api.post("/api/v1/jobs", json=body(payload={"x": "y" * 2000}), headers=A), 413)
+    assert large["title"] == "Payload too large" and large["field"] == "payload"
+    refused = assert_problem(
+        await api.post("/api/v1/jobs", json=body(target={"kind": "HTTP", "url": "http://127.0.0.1/"}), headers=A),
+        422,
+    )
+    assert refused["field"] == "target.url"
+    key = assert_problem(await api.post("/api/v1/jobs", json=body(), headers={**A, "Idempotency-Key": ""}), 422)
+    assert "Idempotency-Key" in key["detail"]
+    assert_problem(await api.get("/api/v1/jobs/not-an-id", headers=A), 404)
+    assert_problem(await api.get("/api/v1/nothing-here", headers=A), 404)
+    # A body sent without a JSON content type takes FastAPI's own path, and
+    # still leaves as a problem.
+    text = await api.post("/api/v1/jobs", content=json.dumps(body()), headers={**A, "Content-Type": "text/plain"})
+    assert_problem(text, 422)
+    assert all(not s.rows for s in store._shards)
+
+
+async def test_request_body_over_the_limit_is_refused_before_reading(api: httpx.AsyncClient) -> None:
+    huge = json.dumps(body(payload={"x": "y" * 40_000}))
+    assert_problem(await api.post("/api/v1/jobs", content=huge, headers={**A, "Content-Type": "application/json"}), 413)
+
+
+async def test_a_store_error_is_a_generic_500(store: MemStore) -> None:
+    async def broken(shard: int, params: GetJobParams) -> None:
+        raise StoreError("shard 0: UndefinedColumn: column x does not exist", shard=0, sqlstate="42703")
+
+    app = create_app(settings(), store=store, crons=MemCronStore(store))
+    store.get_job = broken  # type: ignore[method-assign]
+    async for api in serve(app):
+        created = (await api.post("/api/v1/jobs", json=body(), headers=A)).json()
+        problem = assert_problem(await api.get(f"/api/v1/jobs/{created['jobId']}", headers=A), 500)
+        # What went wrong is logged, not shown.
+        assert "sqlstate" not in problem and "column" not in problem["detail"]
+
+
+def test_the_table_maps_most_specific_first() -> None:
+    cases: list[tuple[VakitError, int]] = [
+        (PayloadTooLarge("too big"), 413),
+        (InvalidRequest("bad"), 422),
+        (InvalidSchedule("bad schedule"), 422),
+        (Unauthorized("who"), 401),
+        (NotFound("none"), 404),
+        (Conflict("no"), 409),
+        (Overloaded("busy", retry_after=3), 429),
+        (ShardUnavailable("down", shard=1), 503),
+        (CoordinationUnavailable("zk"), 503),
+        (StoreError("boom", shard=0, sqlstate="XX000"), 500),
+        (VakitError("generic"), 500),
+    ]
+    for exc, status in cases:
+        assert kind_of(exc).status == status, exc
+        assert not hasattr(exc, "status")  # errors know no HTTP
+    body_, headers = problem_for(Overloaded("busy", retry_after=3))
+    assert body_["status"] == 429 and headers == {"Retry-After": "3"}
+    body_, headers = problem_for(ShardUnavailable("down", shard=1))
+    assert body_["shard"] == 1 and headers == {"Retry-After": "2"}
+
+
+async def test_openapi_documents_the_batch_routes(api: httpx.AsyncClient) -> None:
+    spec = (await api.get("/openapi.json")).json()
+    batch = spec["paths"]["/api/v1/jobs:batch"]["post"]
+    assert batch["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/BatchCreateJobsIn")
+    assert batch["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/BatchCreateJobsOut"
+    )
+    items = spec["components"]["schemas"]["BatchCreateJobsIn"]["properties"]["jobs"]
+    assert items["items"]["$ref"].endswith("/BatchJobIn") and items["maxItems"] == 1000
+    assert "idempotencyKey" in spec["components"]["schemas"]["BatchJobIn"]["properties"]
+    assert "/api/v1/cron-jobs:batch" in spec["paths"]
+
+
+# -- batch create ------------------------------------------------------------------
+
+
+async def test_batch_gives_each_job_its_own_result(api: httpx.AsyncClient, store: MemStore) -> None:
+    single = await api.post("/api/v1/jobs", json=body(), headers={**A, "Idempotency-Key": "before"})
+    jobs = [
+        body(payload={"n": 0}),  # 0: created
+        body(maxAttempts=0),  # 1: invalid
+        body(payload={"n": 2}, idempotencyKey="k2"),  # 2: created
+        body(payload={"n": 2}, idempotencyKey="k2"),  # 3: the same key and body again: a repeat of 2
+        body(payload={"other": True}, idempotencyKey="k2"),  # 4: the same key, another body
+        body(idempotencyKey="before"),  # 5: a repeat of the single create
+        body(payload={"x": "y" * 2000}),  # 6: payload too large
+        body(target={"kind": "NOOP"}),  # 7: NOOP disabled
+        "not an object",  # 8
+        body(surprise=1),  # 9: unknown field
+    ]
+    r = await api.post("/api/v1/jobs:batch", json={"jobs": jobs}, headers=A)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    results = r.json()["results"]
+    assert [x["index"] for x in results] == list(range(len(jobs)))
+    assert [x["status"] for x in results] == [201, 422, 201, 200, 409, 200, 413, 422, 422, 422]
+    assert results[3]["jobId"] == results[2]["jobId"]
+    assert results[5]["jobId"] == single.json()["jobId"]
+    assert results[1]["problem"]["errors"][0]["field"] == "maxAttempts"
+    assert results[6]["problem"]["title"] == "Payload too large"
+    assert results[9]["problem"]["errors"][0]["field"] == "surprise"
+    for x in results:
+        if x["status"] in (200, 201):
+            assert x["jobStatus"] == "SCHEDULED" and "problem" not in x
+            assert (await api.get(f"/api/v1/jobs/{x['jobId']}", headers=A)).status_code == 200
+        else:
+            assert x["problem"]["status"] == x["status"] and "jobId" not in x
+    # The single create, and jobs 0 and 2.
+    assert sum(len(s.rows) for s in store._shards) == 3
+
+
+async def test_a_batch_sent_again_creates_nothing_new(api: httpx.AsyncClient, store: MemStore) -> None:
+    jobs = [body(payload={"n": i}, idempotencyKey=f"k{i}") for i in range(50)]
+    first = (await api.post("/api/v1/jobs:batch", json={"jobs": jobs}, headers=A)).json()["results"]
+    again = (await api.post("/api/v1/jobs:batch", json={"jobs": jobs}, headers=A)).json()["results"]
+    assert {x["status"] for x in first} == {201} and {x["status"] for x in again} == {200}
+    assert [x["jobId"] for x in first] == [x["jobId"] for x in again]
+    assert sum(len(s.rows) for s in store._shards) == 50
+
+
+async def test_batch_items_of_an_unavailable_shard_are_503(
+    api: httpx.AsyncClient, store: FlakyShardStore
+) -> None:
+    store.down = 1
+    jobs = [body(payload={"n": i}) for i in range(40)] + [
+        body(payload={"k": i}, idempotencyKey=f"key-{i}") for i in range(40)
+    ]
+    results = (await api.post("/api/v1/jobs:batch", json={"jobs": jobs}, headers=A)).json()["results"]
+    statuses = {x["status"] for x in results}
+    assert statuses == {201, 503}  # 80 jobs on random and keyed slots reach both shards
+    for x in results:
+        if x["status"] == 503:
+            assert x["problem"]["title"] == "Shard unavailable" and x["problem"]["shard"] == 1
+    created = [x for x in results if x["status"] == 201]
+    assert len(store._shards[0].rows) == len(created) and not store._shards[1].rows
+
+
+@pytest.mark.parametrize(
+    ("payload", "status"),
+    [
+        ({"jobs": []}, 422),
+        ({"jobs": [body()] * 1001}, 422),
+        ({"jobs": "nope"}, 422),
+        ([body()], 422),
+        ({"jobs": [body()], "extra": 1}, 422),
+    ],
+    ids=["empty", "over 1000", "not a list", "not an object", "unknown field"],
+)
+async def test_a_malformed_batch_is_refused_whole(
+    api: httpx.AsyncClient, store: MemStore, payload: Any, status: int
+) -> None:
+    assert_problem(await api.post("/api/v1/jobs:batch", json=payload, headers=A), status)
+    assert all(not s.rows for s in store._shards)
+
+
+async def test_batch_malformed_json_is_400(api: httpx.AsyncClient) -> None:
+    r = await api.post("/api/v1/jobs:batch", content=b'{"jobs": [', headers={**A, "Content-Type": "application/json"})
+    assert assert_problem(r, 400)["title"] == "Malformed JSON"
+
+
+# -- cron batch ----------------------------------------------------------------------
+
+
+def cron(name: str, **over: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": name,
+        "schedule": "0 0 * * *",
+        "timeZone": "Europe/Istanbul",
+        "target": {"kind": "HTTP", "url": "https://hooks.example.com/run"},
+    }
+    out.update(over)
+    return out
+
+
+async def test_cron_batch_follows_single_create_rules(api: httpx.AsyncClient) -> None:
+    single = await api.post("/api/v1/cron-jobs", json=cron("existing"), headers=A)
+    assert single.status_code == 201
+    crons = [
+        cron("a"),  # 0: created
+        cron("b", schedule="61 * * * *"),  # 1: invalid schedule
+        cron("a"),  # 2: same name and body in the batch: a repeat of 0
+        cron("a", schedule="0 1 * * *"),  # 3: same name, another body: 409
+        cron("existing"),  # 4: same as the single create: 200
+        cron("existing", schedule="0 2 * * *"),  # 5: another body than the existing one: 409
+        cron("c", payload={"x": "y" * 2000}),  # 6: 413
+        {"name": "d"},  # 7: missing fields
+    ]
+    r = await api.post("/api/v1/cron-jobs:batch", json={"cronJobs": crons}, headers=A)
+    assert r.status_code == 200
+    results = r.json()["results"]
+    assert [x["status"] for x in results] == [201, 422, 200, 409, 200, 409, 413, 422]
+    assert results[2]["cronJobId"] == results[0]["cronJobId"]
+    assert results[4]["cronJobId"] == single.json()["cronJobId"]
+    assert "61" in results[1]["problem"]["detail"] or "minute" in results[1]["problem"]["detail"]
+    again = (await api.post("/api/v1/cron-jobs:batch", json={"cronJobs": [cron("a")]}, headers=A)).json()
+    assert again["results"] == [{"index": 0, "status": 200, "cronJobId": results[0]["cronJobId"]}]
+    names = [c["name"] for c in (await api.get("/api/v1/cron-jobs", headers=A)).json()["items"]]
+    assert names == ["a", "existing"]
+    # Owners are apart: B's "a" is B's own.
+    b = (await api.post("/api/v1/cron-jobs:batch", json={"cronJobs": [cron("a")]}, headers=B)).json()
+    assert b["results"][0]["status"] == 201 and b["results"][0]["cronJobId"] != results[0]["cronJobId"]
+
+
+async def test_ops_endpoints(api: httpx.AsyncClient) -> None:
+    assert (await api.get("/healthz")).json() == {"status": "ok"}
+    ready = await api.get("/readyz")
+    assert ready.status_code == 503 and all(s["migrated"] and s["workers"] == 0 for s in ready.json()["shards"])
+    status = (await api.get("/api/v1/cluster", headers=A)).json()
+    assert status["coordination"] == "static" and [s["shard"] for s in status["shards"]] == [0, 1]
+    await api.post("/api/v1/jobs", json=body(), headers=A)
+    metrics = (await api.get("/metrics")).text
+    assert 'vakit_api_requests_total{method="POST",route="/api/v1/jobs",status="201"}' in metrics
