@@ -171,8 +171,8 @@ async def test_patch_and_delete_rules(api: httpx.AsyncClient, shard_dsns: list[s
 
 async def test_tenant_isolation(api: httpx.AsyncClient) -> None:
     jid = (await api.post("/api/v1/jobs", json=body(), headers=A)).json()["jobId"]
-    for method, kwargs in (("GET", {}), ("PATCH", {"json": {"runAt": "2030-01-01T00:00:00Z"}}), ("DELETE", {})):
-        r = await api.request(method, f"/api/v1/jobs/{jid}", headers=B, **kwargs)
+    for method, payload in (("GET", None), ("PATCH", {"runAt": "2030-01-01T00:00:00Z"}), ("DELETE", None)):
+        r = await api.request(method, f"/api/v1/jobs/{jid}", headers=B, json=payload)
         assert r.status_code == 404, (method, r.text)
     assert (await api.get(f"/api/v1/jobs/{jid}", headers=A)).json()["status"] == "SCHEDULED"
 
