@@ -159,7 +159,7 @@ class Materializer:
         counts = await self.crons.due_counts(
             shard, DueCountsParams(now=now, until=now + self.max_lookahead)
         )
-        rate = self.rate(shard)
+        rate = max(self.rate(shard), 1.0)
         total = 0
         for second, n in counts:
             total += n

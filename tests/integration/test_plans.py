@@ -9,20 +9,25 @@ row per outcome: 98 % of a wave's database time (benchmarks/README.md).
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
 
-from cluster.model import ClaimParams
+import shardmap
+from cluster.cron.plan import cron_slot
+from cluster.model import ClaimParams, CronRecord
 from cluster.store.postgres import PgStore
+from cluster.store.postgres_cron import PgCronStore
 from cluster.store.sql import QUERIES
 from tests.helpers import job_params
 
 pytestmark = pytest.mark.integration
 
 
-def plan_nodes(plan: dict, parent: str = "") -> list[tuple[str, dict]]:  # type: ignore[type-arg]
+def plan_nodes(plan: dict[str, Any], parent: str = "") -> list[tuple[str, dict[str, Any]]]:
     """(parent node type, node) for every node of a plan."""
     nodes = [(parent, plan)]
     for child in plan.get("Plans", []):
@@ -57,7 +62,7 @@ async def test_fenced_writes_use_the_primary_key_in_a_wave(store: PgStore, shard
     }
     with psycopg.connect(shard_dsns[0]) as conn:
         for name in ("finish_jobs", "heartbeat", "release_jobs"):
-            row = conn.execute(f"EXPLAIN (FORMAT JSON) {QUERIES[name]}".encode(), args).fetchone()  # type: ignore[arg-type]
+            row = conn.execute(f"EXPLAIN (FORMAT JSON) {QUERIES[name]}".encode(), args).fetchone()
             assert row is not None
             plan = row[0][0]["Plan"] if isinstance(row[0], list) else json.loads(row[0])[0]["Plan"]
             on_jobs = [
@@ -74,3 +79,60 @@ async def test_fenced_writes_use_the_primary_key_in_a_wave(store: PgStore, shard
                 # table), never once per outcome (inside a nested loop).
                 if node["Node Type"] == "Seq Scan":
                     assert parent != "Nested Loop", shown
+
+
+async def test_materializer_pages_by_the_keyset_index_and_locks_by_primary_key(
+    store: PgStore, shard_dsns: list[str]
+) -> None:
+    # A wave: thousands of crons due at one instant. A page must start where
+    # the last one ended inside that instant (the keyset index), and the
+    # write must find each cron by primary key, never scan the table per cron.
+    at = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    crons = PgCronStore(store)
+    made = [
+        CronRecord(
+            id=shardmap.new_uuid(cron_slot("svc", f"p{i}")), owner="svc", name=f"p{i}",
+            schedule="0 0 * * *", schedule_kind="CRON", time_zone="UTC", type="p",
+            target={"kind": "NOOP"}, payload=None, misfire_policy="RUN_ONCE", concurrency="ALLOW",
+            jitter_seconds=0, max_attempts=3, timeout_seconds=60, starting_deadline_seconds=None,
+            enabled=True, anchor=datetime(1970, 1, 1, tzinfo=UTC), next_fire_at=at, fingerprint=str(i),
+        )
+        for i in range(6000)
+    ]  # fmt: skip
+    for k in range(0, len(made), 1000):
+        await crons.create_many(0, made[k : k + 1000])
+    with psycopg.connect(shard_dsns[0], autocommit=True) as conn:
+        conn.execute("ANALYZE cron_jobs")
+    middle = sorted(c.id for c in made)[3000]
+    due_args = {"until": at, "after_at": at, "after_id": middle, "limit": 2000}
+    ids = sorted(c.id for c in made)[:2000]
+    write_args = {
+        "ids": ids, "expected": [at] * 2000, "next": [at + timedelta(days=1)] * 2000,
+        "last_fire": [at] * 2000, "missed": [0] * 2000, "skipped": [0] * 2000,
+        "occ_cron": ids, "occ_job": [uuid.uuid4() for _ in ids], "occ_scheduled": [at] * 2000,
+        "occ_run_at": [at] * 2000, "occ_deadline": [None] * 2000, "now": at, "far_horizon": 3600.0,
+    }  # fmt: skip
+    with psycopg.connect(shard_dsns[0]) as conn:
+        due = explain(conn, "due_crons", due_args)
+        scans = [n for _, n in plan_nodes(due) if n.get("Relation Name") == "cron_jobs"]
+        assert [(n["Node Type"], n.get("Index Name")) for n in scans] == [
+            ("Index Scan", "cron_jobs_due_key_idx")
+        ]
+        # The keyset position is an index condition, not a filter.
+        assert "id" in scans[0]["Index Cond"] and "Filter" not in scans[0]
+        write = explain(conn, "materialize_crons", write_args)
+        for parent, node in plan_nodes(write):
+            if node.get("Relation Name") == "cron_jobs" and "Scan" in node["Node Type"]:
+                shown = (parent, node["Node Type"], node.get("Index Name"))
+                assert node["Node Type"] != "Seq Scan" or parent != "Nested Loop", shown
+        locks = [n for _, n in plan_nodes(write) if n["Node Type"] == "LockRows"]
+        assert locks and all(
+            n["Plans"][0].get("Index Name") == "cron_jobs_pkey" for n in locks
+        ), locks
+
+
+def explain(conn: psycopg.Connection, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    row = conn.execute(f"EXPLAIN (FORMAT JSON) {QUERIES[name]}".encode(), args).fetchone()
+    assert row is not None
+    plan: dict[str, Any] = row[0][0]["Plan"] if isinstance(row[0], list) else json.loads(row[0])[0]["Plan"]
+    return plan

@@ -3,14 +3,19 @@ fake "now": no database, no sleeping."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 import shardmap
-from cluster.cron.plan import cron_slot, plan, schedule_of
+from cluster.clock import FakeClock
+from cluster.cron.plan import Plan, ScheduleCache, cron_slot, plan, schedule_of
+from cluster.leader.materializer import Materializer
 from cluster.model import CronRecord
+from cluster.store.memory import MemStore
+from cluster.store.memory_cron import MemCronStore
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 LOOKAHEAD = timedelta(seconds=60)
@@ -42,7 +47,7 @@ def cron(schedule: str = "0 * * * *", **over: object) -> CronRecord:
     return dataclasses.replace(base, **over)  # type: ignore[arg-type]
 
 
-def run(c: CronRecord, now: datetime, pending: int = 0, cap: int = 100):  # type: ignore[no-untyped-def]
+def run(c: CronRecord, now: datetime, pending: int = 0, cap: int = 100) -> Plan:
     return plan(c, schedule_of(c), now, pending=pending, lookahead=LOOKAHEAD, misfire_threshold=THRESHOLD, catchup_cap=cap)
 
 
@@ -142,3 +147,119 @@ def test_very_long_outage_terminates(policy: str) -> None:
     assert len(p.occurrences) <= 102
     assert p.next_fire_at is not None and p.next_fire_at > T0 + timedelta(days=60)
     assert p.missed > 0
+
+
+# -- schedules shared by many crons ------------------------------------------------------------------
+
+
+def test_schedule_cache_parses_a_shared_schedule_once_and_keeps_h_per_cron() -> None:
+    cache = ScheduleCache()
+    a, b = cron("0 0 * * *", name="a"), cron("0 0 * * *", id=shardmap.new_uuid(cron_slot("svc", "b")))
+    assert cache.slots(a) is cache.slots(b)  # one parse for a round-hour schedule
+    assert cache.slots(a).next_fire(T0) == schedule_of(a).next_fire(T0)
+    # H depends on the cron id: each H cron keeps its own minute.
+    ids = [shardmap.new_uuid(cron_slot("svc", f"h{i}")) for i in range(40)]
+    hashed = [cron("H 3 * * *", id=i) for i in ids]
+    minutes = set()
+    for c in hashed:
+        fire = cache.slots(c).next_fire(T0)
+        assert fire == schedule_of(c).next_fire(T0)
+        assert fire is not None
+        minutes.add(fire.scheduled_for.minute)
+    assert len(minutes) > 1
+    # The zone and the anchor are part of what a schedule means.
+    assert cache.slots(cron("0 0 * * *", time_zone="Asia/Tokyo")) is not cache.slots(a)
+
+
+def test_plan_through_the_cache_equals_plan_through_the_schedule() -> None:
+    cache = ScheduleCache()
+    for policy in ("RUN_ALL", "RUN_ONCE", "SKIP"):
+        c = cron("*/15 * * * *", misfire_policy=policy, jitter_seconds=300)
+        direct = run(c, OUTAGE_NOW, cap=3)
+        cached = plan(c, cache.slots(c), OUTAGE_NOW, pending=0, lookahead=LOOKAHEAD,
+                      misfire_threshold=THRESHOLD, catchup_cap=3)  # fmt: skip
+        assert [o.scheduled_for for o in cached.occurrences] == [o.scheduled_for for o in direct.occurrences]
+        assert [o.run_at for o in cached.occurrences] == [o.run_at for o in direct.occurrences]
+        assert (cached.next_fire_at, cached.missed, cached.skipped) == (direct.next_fire_at, direct.missed, direct.skipped)
+
+
+# -- the materializer over the memory store: horizon and pass budget ---------------------------------
+
+
+def wave(store: MemCronStore, n: int, at: datetime, shard: int = 0) -> list[CronRecord]:
+    crons = [
+        cron("0 0 * * *", id=shardmap.new_uuid(cron_slot("svc", f"w{i}")), name=f"w{i}", next_fire_at=at)
+        for i in range(n)
+    ]
+    asyncio.run(store.create_many(shard, crons))
+    return crons
+
+
+MIDNIGHT = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def test_a_large_instant_is_started_before_the_lookahead() -> None:
+    clock = FakeClock(MIDNIGHT - timedelta(seconds=300))
+    crons = MemCronStore(MemStore(1, clock))
+    wave(crons, 3000, MIDNIGHT)
+    m = Materializer(crons, clock=clock, initial_rate=30.0, page_size=500)
+    # 3,000 crons at 30/s, written in 15 s passes 5 s apart (22.5/s): 133 s
+    # of work, 215 s with the margins. 300 s ahead is still early, 200 s is not.
+    assert asyncio.run(m.horizon(0, clock.now())) == clock.now() + LOOKAHEAD
+    assert asyncio.run(m.run_once(0)) == 0
+    clock.set(MIDNIGHT - timedelta(seconds=200))
+    assert asyncio.run(m.horizon(0, clock.now())) >= MIDNIGHT
+    assert asyncio.run(m.run_once(0)) == 3000
+    # A handful of crons at one instant waits for the ordinary lookahead.
+    wave(crons, 10, MIDNIGHT + timedelta(hours=1))
+    clock.set(MIDNIGHT + timedelta(hours=1) - timedelta(seconds=200))
+    assert asyncio.run(m.run_once(0)) == 0
+
+
+def test_the_rate_is_learned_and_shared_by_the_shards_a_process_leads() -> None:
+    clock = FakeClock(MIDNIGHT - timedelta(seconds=30))
+    crons = MemCronStore(MemStore(2, clock))
+    wave(crons, 1200, MIDNIGHT, shard=0)
+    m = Materializer(crons, clock=clock, initial_rate=1000.0, page_size=600)
+    asyncio.run(m.run_once(0))
+    one = m.rate(0)
+    assert one != 1000.0 * m.pass_budget / (m.pass_budget + m.interval)  # learned from the pages
+    asyncio.run(m.run_once(1))
+    assert m.rate(0) == pytest.approx(one / 2)
+
+
+def test_a_pass_stops_after_its_budget_and_the_next_goes_on() -> None:
+    clock = FakeClock(MIDNIGHT - timedelta(seconds=30))
+    crons = MemCronStore(MemStore(1, clock))
+    wave(crons, 900, MIDNIGHT)
+    m = Materializer(crons, clock=clock, page_size=100, pass_budget_seconds=0.0)
+    # A zero budget: one page per pass, the earliest first.
+    assert asyncio.run(m.run_once(0)) == 100
+    assert asyncio.run(m.run_once(0)) == 100
+    total = 200
+    while n := asyncio.run(m.run_once(0)):
+        total += n
+    assert total == 900
+
+
+def test_every_policy_in_one_page_of_the_memory_store() -> None:
+    clock = FakeClock(OUTAGE_NOW)
+    crons = MemCronStore(MemStore(1, clock))
+    made = {
+        (policy, concurrency): cron("*/15 * * * *", id=shardmap.new_uuid(cron_slot("svc", f"{policy}{concurrency}")),
+                                    name=f"{policy}{concurrency}", misfire_policy=policy, concurrency=concurrency)
+        for policy in ("RUN_ALL", "RUN_ONCE", "SKIP") for concurrency in ("ALLOW", "FORBID")
+    }  # fmt: skip
+    asyncio.run(crons.create_many(0, list(made.values())))
+    m = Materializer(crons, clock=clock, catchup_cap=3)
+    asyncio.run(m.run_once(0))
+    store = crons.store
+    per_cron: dict[object, int] = {}
+    for row in store._shard(0).rows.values():
+        per_cron[row.job.cron_id] = per_cron.get(row.job.cron_id, 0) + 1
+    counts = {key: per_cron.get(c.id, 0) for key, c in made.items()}
+    # ALLOW: the policy's late slots plus the on-time one; FORBID: one at a time.
+    assert counts == {
+        ("RUN_ALL", "ALLOW"): 4, ("RUN_ONCE", "ALLOW"): 2, ("SKIP", "ALLOW"): 1,
+        ("RUN_ALL", "FORBID"): 1, ("RUN_ONCE", "FORBID"): 1, ("SKIP", "FORBID"): 1,
+    }  # fmt: skip
