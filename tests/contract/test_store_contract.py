@@ -265,6 +265,22 @@ async def test_a_job_id_is_never_written_twice(h: Harness) -> None:
     assert await h.store.get_job(SHARD, GetJobParams(other.id, "svc")) is None
 
 
+async def test_concurrent_batches_with_the_same_keys_make_each_job_once(h: Harness) -> None:
+    # Half of the batches list the keys backwards: two batches that meet on
+    # keys must not lock them in opposite orders (a deadlock, one batch lost).
+    keys = [f"shared-{i}" for i in range(200)]
+    orders = [keys, keys[::-1], keys, keys[::-1]]
+    batches = [CreateJobsParams(tuple(job(h, key=k) for k in order)) for order in orders]
+    outs = await asyncio.gather(*(h.store.create_jobs(SHARD, b) for b in batches))
+    by_key = [dict(zip(order, out, strict=True)) for order, out in zip(orders, outs, strict=True)]
+    for key in keys:
+        results = [found[key] for found in by_key]
+        assert all(isinstance(r, CreateResult) for r in results)
+        made = [r for r in results if isinstance(r, CreateResult)]
+        assert sum(r.created for r in made) == 1
+        assert len({r.job.id for r in made}) == 1
+
+
 async def test_an_empty_batch_creates_nothing(h: Harness) -> None:
     assert await h.store.create_jobs(SHARD, CreateJobsParams(())) == []
 

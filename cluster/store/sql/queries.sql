@@ -56,9 +56,12 @@ WITH v AS (
                 run_at, max_attempts, timeout_seconds, target_kind, target, payload, far)
 ),
 keyed AS (
+    -- In key order: two batches that share keys wait on each other's
+    -- uncommitted keys in the same order, never in a cycle (a deadlock).
     INSERT INTO job_keys (owner_service, idempotency_key, job_id, fingerprint)
     SELECT owner_service, idempotency_key, id, fingerprint FROM v
      WHERE idempotency_key IS NOT NULL
+     ORDER BY owner_service, idempotency_key
     ON CONFLICT DO NOTHING
     RETURNING job_id
 ),
