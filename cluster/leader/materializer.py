@@ -106,6 +106,9 @@ class Materializer:
         self._seen: dict[int, float] = {}  # monotonic time of each shard's last pass
         self._exported: dict[int, set[str]] = {}  # cron labels of the last-success gauge, by shard
         self._exported_at: dict[int, float] = {}
+        # The furthest instant a pass started early, by shard: later passes
+        # finish it even if the remaining count alone would wait again.
+        self._started: dict[int, datetime] = {}
 
     async def run_once(self, shard: int) -> int:
         """Materialize the due crons of ``shard``, earliest first, for at most
@@ -156,6 +159,9 @@ class Materializer:
         horizon = now + self.lookahead
         if self.max_lookahead <= self.lookahead:
             return horizon
+        started = self._started.get(shard)
+        if started is not None and started > now:
+            horizon = max(horizon, started)
         counts = await self.crons.due_counts(
             shard, DueCountsParams(now=now, until=now + self.max_lookahead)
         )
@@ -167,6 +173,14 @@ class Materializer:
             if (second - now).total_seconds() <= needed:
                 # Counts are per second: the whole second is in.
                 horizon = max(horizon, second + timedelta(microseconds=999_999))
+        if horizon > now + self.lookahead:
+            self._started[shard] = horizon
+            log.info(
+                "materializing %s ahead: %d crons due by then",
+                horizon - now,
+                sum(n for second, n in counts if second <= horizon),
+                extra={"shard": shard},
+            )
         return horizon
 
     def _learn_rate(self, shard: int, crons: int, seconds: float) -> None:
@@ -368,6 +382,7 @@ class Materializer:
         self._drop_series(self._exported.pop(shard, set()))
         self._exported_at.pop(shard, None)
         self._seen.pop(shard, None)
+        self._started.pop(shard, None)
 
     @staticmethod
     def _drop_series(labels: set[str]) -> None:

@@ -263,3 +263,18 @@ def test_every_policy_in_one_page_of_the_memory_store() -> None:
         ("RUN_ALL", "ALLOW"): 4, ("RUN_ONCE", "ALLOW"): 2, ("SKIP", "ALLOW"): 1,
         ("RUN_ALL", "FORBID"): 1, ("RUN_ONCE", "FORBID"): 1, ("SKIP", "FORBID"): 1,
     }  # fmt: skip
+
+
+def test_an_instant_once_started_is_finished_by_the_next_passes() -> None:
+    clock = FakeClock(MIDNIGHT - timedelta(seconds=200))
+    crons = MemCronStore(MemStore(1, clock))
+    wave(crons, 3000, MIDNIGHT)
+    m = Materializer(crons, clock=clock, initial_rate=30.0)
+    assert asyncio.run(m.horizon(0, clock.now())) >= MIDNIGHT  # started early
+    # The rate turns out higher than assumed: what is left alone would wait,
+    # but a started instant goes on, pass after pass, until it is done.
+    m._rate[0] = fresh_rate = 10_000.0
+    clock.advance(5)
+    assert asyncio.run(m.horizon(0, clock.now())) >= MIDNIGHT
+    fresh = Materializer(crons, clock=clock, initial_rate=fresh_rate)
+    assert asyncio.run(fresh.horizon(0, clock.now())) < MIDNIGHT
