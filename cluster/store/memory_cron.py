@@ -329,7 +329,7 @@ class MemCronStore:
         async with self.store._lock:
             for item in params.items:
                 cron = c.by_id.get(item.cron_id)
-                if cron is None or cron.next_fire_at != item.expected_next:
+                if cron is None or not cron.enabled or cron.next_fire_at != item.expected_next:
                     continue  # the compare-and-set lost: nothing of this cron is written
                 last_fire = cron.last_fire_at
                 if item.last_fire is not None:

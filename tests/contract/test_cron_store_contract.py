@@ -285,6 +285,16 @@ async def test_materialize_writes_only_for_crons_whose_cas_won(ch: CronHarness) 
     assert len(await ch.crons.runs(0, CronRunsParams(won.id, 10))) == 1
 
 
+async def test_a_cron_disabled_since_it_was_read_loses_the_cas(ch: CronHarness) -> None:
+    c = cron(ch, at=-1)
+    await ch.crons.create(0, c)
+    assert c.next_fire_at is not None
+    await ch.crons.update(0, dataclasses.replace(c, enabled=False))
+    result = await write(ch, advance(c, occ(c, c.next_fire_at)))
+    assert result.advanced == frozenset() and result.created == 0
+    assert await ch.crons.runs(0, CronRunsParams(c.id, 10)) == []
+
+
 async def test_a_slot_is_never_written_twice(ch: CronHarness) -> None:
     c = cron(ch, at=-1)
     await ch.crons.create(0, c)

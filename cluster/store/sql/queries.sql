@@ -613,7 +613,8 @@ RETURNING id, scheduled_for;
 
 -- name: materialize_crons
 -- Many crons at once, one transaction. Per cron a compare-and-set on
--- next_fire_at; the rows are locked SKIP LOCKED in the same step, so two
+-- next_fire_at (a cron disabled since it was read loses it too); the rows
+-- are locked SKIP LOCKED in the same step, so two
 -- materializers (or a worker stamping last_success_at) never wait on or
 -- deadlock with each other: a cron held elsewhere simply loses this round.
 -- Only the crons whose CAS won get occurrences: the ledger row first (one
@@ -632,7 +633,7 @@ locked AS (
     -- flattened into a join), never a scan of the whole table.
     SELECT v.* FROM v CROSS JOIN LATERAL (
         SELECT FROM cron_jobs c
-         WHERE c.id = v.id AND c.next_fire_at IS NOT DISTINCT FROM v.expected
+         WHERE c.id = v.id AND c.next_fire_at IS NOT DISTINCT FROM v.expected AND c.enabled
            FOR UPDATE SKIP LOCKED
     ) l
 ),
