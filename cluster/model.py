@@ -42,6 +42,7 @@ __all__ = [
     "JobRecord",
     "JobResult",
     "JobStatus",
+    "LastSuccessParams",
     "Lease",
     "ListCronsParams",
     "MaintainHistoryParams",
@@ -557,6 +558,15 @@ class WaitingCronsParams:
 
     limit: int = 2000
     after: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class LastSuccessParams:
+    """The ``limit`` enabled crons whose last success (or creation) is
+    oldest: the silent ones, which the alert needs, without a series per
+    cron of a million."""
+
+    limit: int = 1000
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from cluster.model import (
     DueCountsParams,
     DueCron,
     DueCronsParams,
+    LastSuccessParams,
     MaterializeBatchParams,
     MaterializeParams,
     MaterializeResult,
@@ -87,6 +88,7 @@ class Materializer:
         initial_rate: float = 2000.0,
         last_success_interval_seconds: float = 60.0,
         pass_budget_seconds: float = 15.0,
+        last_success_series: int = 1000,
     ) -> None:
         self.crons = crons
         self.clock = clock or SystemClock()
@@ -101,6 +103,7 @@ class Materializer:
         self.initial_rate = initial_rate
         self.last_success_interval = last_success_interval_seconds
         self.pass_budget = pass_budget_seconds
+        self.last_success_series = last_success_series
         self.schedules = ScheduleCache()
         self._rate: dict[int, float] = {}  # crons planned and written per second, by shard
         self._seen: dict[int, float] = {}  # monotonic time of each shard's last pass
@@ -363,12 +366,14 @@ class Materializer:
 
     async def _export_last_success(self, shard: int) -> None:
         # Every pass would read every enabled cron of the shard: a million
-        # rows every 5 s. The alert it feeds counts in hours.
+        # rows every 5 s. The alert it feeds counts in hours, and needs only
+        # the oldest crons: a silent one is among them.
         last = self._exported_at.get(shard)
         if last is not None and time.monotonic() - last < self.last_success_interval:
             return
         self._exported_at[shard] = time.monotonic()
-        current = {encode_id("cron", cron_id): when for cron_id, when in await self.crons.last_successes(shard)}
+        oldest = await self.crons.last_successes(shard, LastSuccessParams(self.last_success_series))
+        current = {encode_id("cron", cron_id): when for cron_id, when in oldest}
         for label, when in current.items():
             metrics.CRON_LAST_SUCCESS.labels(label).set(when.timestamp())
         # A cron deleted or disabled since the last pass leaves the gauge, or

@@ -39,6 +39,7 @@ from cluster.model import (
     GetJobParams,
     HeartbeatParams,
     JobRecord,
+    LastSuccessParams,
     ListCronsParams,
     MaintainHistoryParams,
     MaintenanceResult,
@@ -239,6 +240,9 @@ class CronStore(Protocol):
         crons that won it, one per (cron_id, scheduled_for) ever."""
         ...
 
-    async def last_successes(self, shard: int) -> list[tuple[uuid.UUID, datetime]]:
-        """Enabled crons and their last success (their creation until one)."""
+    async def last_successes(
+        self, shard: int, params: LastSuccessParams
+    ) -> list[tuple[uuid.UUID, datetime]]:
+        """Enabled crons and their last success (their creation until one),
+        the oldest ``params.limit`` first."""
         ...

@@ -34,6 +34,7 @@ from cluster.model import (
     GetCronParams,
     JobRecord,
     JobStatus,
+    LastSuccessParams,
     ListCronsParams,
     MaterializeBatchParams,
     MaterializeResult,
@@ -355,13 +356,16 @@ class MemCronStore:
                     created += 1
         return MaterializeResult(frozenset(advanced), created, tuple(refused))
 
-    async def last_successes(self, shard: int) -> list[tuple[uuid.UUID, datetime]]:
+    async def last_successes(
+        self, shard: int, params: LastSuccessParams
+    ) -> list[tuple[uuid.UUID, datetime]]:
         c = self._c(shard)
-        out = []
+        out: list[tuple[uuid.UUID, datetime]] = []
         for x in c.by_id.values():
             if not x.enabled:
                 continue
             when = self._view(shard, x).last_success_at or x.created_at
             if when is not None:
                 out.append((x.id, when))
-        return out
+        out.sort(key=lambda pair: pair[1])
+        return out[: params.limit]

@@ -27,6 +27,7 @@ from cluster.model import (
     DueCron,
     DueCronsParams,
     GetCronParams,
+    LastSuccessParams,
     ListCronsParams,
     MaterializeBatchParams,
     MaterializeResult,
@@ -290,7 +291,9 @@ class PgCronStore:
         return MaterializeResult(advanced, created, refused)
 
     @wrap_exceptions
-    async def last_successes(self, shard: int) -> list[tuple[uuid.UUID, datetime]]:
-        rows = await self.store.fetch_as(shard, "cron_last_success", {}, tuple_row)
+    async def last_successes(
+        self, shard: int, params: LastSuccessParams
+    ) -> list[tuple[uuid.UUID, datetime]]:
+        rows = await self.store.fetch_as(shard, "cron_last_success", {"limit": params.limit}, tuple_row)
         return [(cron_id, when) for cron_id, when in rows]
 

@@ -31,6 +31,7 @@ from cluster.model import (
     FinishParams,
     GetCronParams,
     JobResult,
+    LastSuccessParams,
     ListCronsParams,
     MaterializeBatchParams,
     MaterializeParams,
@@ -360,7 +361,7 @@ async def test_pending_and_last_success_follow_the_occurrence(ch: CronHarness) -
     info = await ch.crons.pending(0, PendingParams((c.id,), with_finished=True))
     assert info[c.id].pending == 0 and info[c.id].last_finished is not None
     assert (await get(ch, c)).last_success_at is not None
-    assert c.id in dict(await ch.crons.last_successes(0))
+    assert c.id in dict(await ch.crons.last_successes(0, LastSuccessParams()))
     runs = await ch.crons.runs(0, CronRunsParams(c.id, 10))
     assert [r.status for r in runs] == ["SUCCEEDED"]
 
@@ -368,8 +369,17 @@ async def test_pending_and_last_success_follow_the_occurrence(ch: CronHarness) -
 async def test_disabled_crons_leave_the_silent_cron_list(ch: CronHarness) -> None:
     on, off = cron(ch, "on"), cron(ch, "off", enabled=False)
     await ch.crons.create_many(0, [on, off])
-    ids = dict(await ch.crons.last_successes(0))
+    ids = dict(await ch.crons.last_successes(0, LastSuccessParams()))
     assert on.id in ids and off.id not in ids
+
+
+async def test_the_oldest_last_successes_first(ch: CronHarness) -> None:
+    old, new = cron(ch, "old"), cron(ch, "new")
+    await ch.crons.create(0, old)
+    ch.clock.advance(5)
+    await ch.crons.create(0, new)
+    ids = [i for i, _ in await ch.crons.last_successes(0, LastSuccessParams(limit=1))]
+    assert ids == [old.id]
 
 
 def test_both_implementations_satisfy_the_protocol() -> None:

@@ -737,6 +737,10 @@ SELECT r.id, r.scheduled_for, r.run_at, r.status, r.attempt, r.last_error, r.fin
 
 -- name: cron_last_success
 -- A cron that never succeeded counts from its creation, so one that is
--- silent from day one still trips the "no success since" alert.
+-- silent from day one still trips the "no success since" alert. Only the
+-- oldest: the alert and the dashboard look for the silent crons, and a
+-- series per cron of a million would be a million series.
 SELECT id, coalesce(last_success_at, created_at) AS last_success_at
-  FROM cron_jobs WHERE enabled;
+  FROM cron_jobs WHERE enabled
+ ORDER BY 2
+ LIMIT %(limit)s;
