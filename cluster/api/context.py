@@ -49,6 +49,7 @@ class ApiContext:
             settings.http_target_allow, allow_private=settings.allow_private_targets
         )
         self.tokens = dict(settings.api_tokens)
+        self._allowed_urls: set[str] = set()
         # Builds the ZooKeeper view of the cluster; None without ZooKeeper.
         self.view_factory = view_factory
         self.view: ClusterView | None = None  # set once the view has connected
@@ -79,10 +80,19 @@ class ApiContext:
         failure at firing time."""
         kind = target["kind"]
         if kind == "HTTP":
+            url = target["url"]
+            if url in self._allowed_urls:
+                return
             try:
-                self.policy.check_url(target["url"])
+                self.policy.check_url(url)
             except TargetRefused as exc:
                 raise InvalidRequest(str(exc), field="target.url") from exc
+            # The check is a pure function of the URL, and a batch (or a
+            # client's stream of creates) sends the same few URLs again and
+            # again: remember the accepted ones, within a bound.
+            if len(self._allowed_urls) >= 10_000:
+                self._allowed_urls.clear()
+            self._allowed_urls.add(url)
         elif kind == "NOOP" and not self.settings.enable_noop_target:
             raise InvalidRequest(
                 "the NOOP target is for benchmarks and is disabled (VAKIT_ENABLE_NOOP_TARGET)",
