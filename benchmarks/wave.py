@@ -60,11 +60,12 @@ SOURCES = ("copy", "api", "crons")
 
 # Conservative rates for a machine that is also running the shards and,
 # maybe, other work; they only set how far ahead T is when --lead is not
-# given. COPY: measured ~150k rows/s on 2 cores. The API: the floor
-# for batch creates is 10,000/s; single creates ran at ~550/s.
+# given. COPY: measured ~150k rows/s on 2 cores. The API, on durable shards
+# with the workers running (2026-11-30): jobs:batch ~3,000 jobs/s,
+# cron-jobs:batch ~840 crons/s, single creates ~230/s.
 _LOAD_RATE_GUESS = 50_000.0
-_API_BATCH_RATE_GUESS = 5_000.0
-_API_SINGLE_RATE_GUESS = 300.0
+_API_BATCH_RATE_GUESS = {"api": 2_000.0, "crons": 500.0}
+_API_SINGLE_RATE_GUESS = 150.0
 # Occurrences the materializer makes per second, all shards together, and
 # how long it may wait before its next pass.
 _MATERIALIZE_RATE_GUESS = 10_000.0
@@ -278,7 +279,7 @@ def _make_wave(
     token_list = list(tokens)
     door = JOBS if opts.source == "api" else CRONS
     has_batch = asyncio.run(batch_supported(urls[0], token_list[0], door))
-    create_guess = _API_BATCH_RATE_GUESS if has_batch else _API_SINGLE_RATE_GUESS
+    create_guess = _API_BATCH_RATE_GUESS[opts.source] if has_batch else _API_SINGLE_RATE_GUESS
     counts = _split(opts.jobs, len(owners))
     watch: SlotWatch | None = None
     extra: dict[str, Any] = {
