@@ -7,7 +7,6 @@ strings; a table name goes in through :class:`psycopg.sql.Identifier`.
 from __future__ import annotations
 
 from importlib import resources
-from typing import LiteralString, cast
 
 from psycopg import sql
 
@@ -23,5 +22,5 @@ QUERIES: dict[str, str] = load_queries(
 def query(name: str, table: str | None = None) -> sql.SQL | sql.Composed:
     """The named statement, with ``{table}`` bound to ``table`` when given."""
     # The text comes from our own file, never from input: as safe as a literal.
-    text = sql.SQL(cast(LiteralString, QUERIES[name]))
+    text = sql.SQL(QUERIES[name])
     return text if table is None else text.format(table=sql.Identifier(table))
