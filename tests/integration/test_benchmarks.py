@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchmarks import sustained, wave
+from benchmarks.cronwave import DEFAULT_ZONES, slot_at_least, zone_schedules
 from benchmarks.report import REPORT_KEYS
 from benchmarks.stats import percentile, summarize, timeline
 from cluster.local.pgserver import PgServer
@@ -61,6 +62,28 @@ def test_timeline_bins_per_second_from_the_origin() -> None:
     assert series.starts == [2, 1, 0]
     assert series.completions == [1, 1, 1]
     assert series.lateness_max == [0.2, 1.5, None]
+
+
+def test_cron_wave_slot_is_a_whole_minute_at_least_the_lead_ahead() -> None:
+    now = datetime(2026, 11, 30, 21, 8, 50, 500_000, tzinfo=UTC)
+    assert slot_at_least(now, 10) == datetime(2026, 11, 30, 21, 10, tzinfo=UTC)
+    assert slot_at_least(now, 9.5) == datetime(2026, 11, 30, 21, 9, tzinfo=UTC)
+
+
+def test_cron_wave_zones_share_one_instant_and_a_dst_overlap_is_left_out() -> None:
+    slot = datetime(2026, 11, 30, 21, 10, tzinfo=UTC)
+    now = slot - timedelta(minutes=1)
+    schedules = zone_schedules(slot, DEFAULT_ZONES, now)
+    assert schedules["UTC"] == "10 21 * * *"
+    assert schedules["Europe/Istanbul"] == "10 0 * * *"
+    assert schedules["Asia/Kolkata"] == "40 2 * * *"
+    assert schedules["Asia/Kathmandu"] == "55 2 * * *"
+    assert set(schedules) == set(DEFAULT_ZONES)
+    # 06:30 UTC on 2026-11-01 is New York's second 01:30 (EST): a fixed-time
+    # schedule fires at the first one (EDT, 05:30 UTC), so that zone is out.
+    overlap = datetime(2026, 11, 1, 6, 30, tzinfo=UTC)
+    zones = ("UTC", "America/New_York")
+    assert zone_schedules(overlap, zones, overlap - timedelta(hours=2)) == {"UTC": "30 6 * * *"}
 
 
 @pytest.mark.timeout(120)
