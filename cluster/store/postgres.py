@@ -279,6 +279,11 @@ class PgStore:
     @wrap_exceptions
     async def create_job(self, shard: int, params: CreateJobParams) -> CreateResult:
         row = _job_row(params)
+        if params.idempotency_key is None:
+            # One statement in autocommit: a transaction around it would add
+            # a BEGIN and a COMMIT round trip, a third of a create's API CPU.
+            await self.fetch(shard, "insert_far_job" if params.far else "insert_job", row)
+            return CreateResult(_record_from_params(params), created=True)
         async with self.connection(shard) as conn, conn.transaction(), conn.cursor() as cur:
             if params.idempotency_key is not None:
                 await cur.execute(QUERIES["insert_job_key"], row)
