@@ -389,3 +389,38 @@ async def test_ops_endpoints(api: httpx.AsyncClient) -> None:
     await api.post("/api/v1/jobs", json=body(), headers=A)
     metrics = (await api.get("/metrics")).text
     assert 'vakit_api_requests_total{method="POST",route="/api/v1/jobs",status="201"}' in metrics
+
+
+async def test_cron_batch_computes_each_first_slot_as_a_single_create(api: httpx.AsyncClient) -> None:
+    # The batch shares parsed schedules between its crons; each must still get
+    # the slot a single create gives it (zones, expressions and H fields apart).
+    crons = [
+        cron("istanbul-1"),
+        cron("istanbul-2"),
+        cron("utc", timeZone="UTC"),
+        cron("three", schedule="0 3 * * *"),
+        cron("hashed-1", schedule="H H * * *"),
+        cron("hashed-2", schedule="H H * * *"),
+        cron("every", schedule="every 2h"),
+    ]
+    results = (await api.post("/api/v1/cron-jobs:batch", json={"cronJobs": crons}, headers=A)).json()["results"]
+    assert {x["status"] for x in results} == {201}
+    batch = {}
+    for x in results:
+        got = (await api.get(f"/api/v1/cron-jobs/{x['cronJobId']}", headers=A)).json()
+        batch[got["name"]] = (got["nextFireAt"], got["scheduleKind"])
+    for c in crons:
+        single = (await api.post("/api/v1/cron-jobs", json=c, headers=B)).json()
+        if not c["name"].startswith("hashed"):  # H picks by the cron's id: B's id is another
+            assert batch[c["name"]] == (single["nextFireAt"], single["scheduleKind"]), c
+    assert batch["istanbul-1"] == batch["istanbul-2"] != batch["utc"]
+    assert batch["istanbul-1"] != batch["three"]
+    # An H schedule's slot is its own: the preview from just before it, made
+    # from the cron's own id, finds that very slot.
+    for x in results[4:6]:
+        slot = datetime.fromisoformat(batch[crons[x["index"]]["name"]][0])
+        before = (slot - timedelta(minutes=1)).isoformat()
+        preview = await api.get(
+            f"/api/v1/cron-jobs/{x['cronJobId']}/preview", params={"from": before, "count": 1}, headers=A
+        )
+        assert datetime.fromisoformat(preview.json()["fires"][0]["scheduledFor"]) == slot
