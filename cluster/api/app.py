@@ -26,11 +26,11 @@ from cluster.api import crons as cron_routes
 from cluster.api import jobs as job_routes
 from cluster.api import ops as ops_routes
 from cluster.api.context import ApiContext
-from cluster.api.problems import install_handlers, problem_body, problem_response
+from cluster.api.problems import install_handlers, problem_for, problem_response
 from cluster.clock import Clock, SystemClock
 from cluster.config import Settings
 from cluster.coordination.base import ClusterView
-from cluster.errors import VakitError
+from cluster.errors import Overloaded, PayloadTooLarge, VakitError
 from cluster.store.base import CronStore, Store
 
 __all__ = ["ApiContext", "create_app"]
@@ -141,22 +141,13 @@ class RequestAccounting:
             limit = self.max_batch_body if path.endswith(":batch") else self.max_body
             length = _content_length(scope)
             if length is not None and length > limit:
-                refusal = problem_response(
-                    problem_body(413, "Payload too large", f"request body is larger than {limit} bytes")
-                )
-                await refusal(scope, receive, send_status)
+                too_large = PayloadTooLarge(f"request body is larger than {limit} bytes", size=length, limit=limit)
+                await problem_response(*problem_for(too_large))(scope, receive, send_status)
             elif self.in_flight >= self.max_in_flight and path.startswith("/api/"):
                 # Overload is refused early and cheaply, with a hint when to
                 # come back, rather than queued until every client times out.
-                refusal = problem_response(
-                    problem_body(
-                        429,
-                        "Too many requests",
-                        "this API process is at its concurrency limit; retry shortly",
-                    ),
-                    {"Retry-After": "1"},
-                )
-                await refusal(scope, receive, send_status)
+                busy = Overloaded("this API process is at its concurrency limit; retry shortly", retry_after=1)
+                await problem_response(*problem_for(busy))(scope, receive, send_status)
             else:
                 self.in_flight += 1
                 try:
