@@ -140,6 +140,10 @@ class RequestAccounting:
         try:
             limit = self.max_batch_body if path.endswith(":batch") else self.max_body
             length = _content_length(scope)
+            if length is None:
+                # A chunked body says nothing of its size up front: counted
+                # as it arrives, refused (413) once past the limit.
+                receive = _limited(receive, limit)
             if length is not None and length > limit:
                 too_large = PayloadTooLarge(f"request body is larger than {limit} bytes", size=length, limit=limit)
                 await problem_response(*problem_for(too_large))(scope, receive, send_status)
@@ -171,6 +175,21 @@ class RequestAccounting:
             if len(self._children) < 10_000:  # methods come from clients: bounded
                 self._children[key] = child
         return child
+
+
+def _limited(receive: Receive, limit: int) -> Receive:
+    seen = 0
+
+    async def limited() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise PayloadTooLarge(f"request body is larger than {limit} bytes", limit=limit)
+        return message
+
+    return limited
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -424,3 +424,22 @@ async def test_cron_batch_computes_each_first_slot_as_a_single_create(api: httpx
             f"/api/v1/cron-jobs/{x['cronJobId']}/preview", params={"from": before, "count": 1}, headers=A
         )
         assert datetime.fromisoformat(preview.json()["fires"][0]["scheduledFor"]) == slot
+
+
+async def test_a_chunked_body_over_the_limit_is_refused(api: httpx.AsyncClient, store: MemStore) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        text = json.dumps(body(payload={"x": "y" * 40_000})).encode()
+        for i in range(0, len(text), 4096):
+            yield text[i : i + 4096]
+
+    r = await api.post("/api/v1/jobs", content=chunks(), headers={**A, "Content-Type": "application/json"})
+    assert "content-length" not in r.request.headers
+    assert_problem(r, 413)
+    small = json.dumps(body()).encode()
+
+    async def one_chunk() -> AsyncIterator[bytes]:
+        yield small
+
+    ok = await api.post("/api/v1/jobs", content=one_chunk(), headers={**A, "Content-Type": "application/json"})
+    assert ok.status_code == 201
+    assert sum(len(s.rows) for s in store._shards) == 1
