@@ -3,7 +3,6 @@ change, delete, trigger, preview and their runs."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 import heapq
@@ -17,6 +16,7 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 import shardmap
+from cluster.api.batches import Results, item_failure, json_response, write_shards
 from cluster.api.context import ApiContext, Ctx, Owner
 from cluster.api.cron_schemas import (
     BatchCreateCronsIn,
@@ -31,7 +31,6 @@ from cluster.api.cron_schemas import (
     RunsOut,
     TriggerOut,
 )
-from cluster.api.problems import problem_for, validation_problem
 from cluster.api.schemas import parse_rfc3339
 from cluster.clock import utc
 from cluster.cron.plan import cron_slot, schedule_of
@@ -223,7 +222,8 @@ async def create_crons_batch(body: BatchCreateCronsIn, ctx: Ctx, owner: Owner) -
     the same definition is a 200 repeat, with another definition a 409 (also
     within one batch)."""
     now = ctx.clock.now()
-    results: list[dict[str, Any] | None] = [None] * len(body.cronJobs)
+    where = "/api/v1/cron-jobs:batch"
+    results: Results = [None] * len(body.cronJobs)
     by_shard: dict[int, list[tuple[int, CronRecord]]] = {}
     first_of: dict[str, tuple[int, CronRecord]] = {}  # name -> its first valid item
     repeats: list[tuple[int, int]] = []  # (index, index of the first with that name)
@@ -231,11 +231,8 @@ async def create_crons_batch(body: BatchCreateCronsIn, ctx: Ctx, owner: Owner) -
     for index, raw in enumerate(body.cronJobs):
         try:
             cron, shard = _new_cron(ctx, CreateCronIn.model_validate(raw), owner, now, first_slots)
-        except ValidationError as exc:
-            results[index] = _failed(index, validation_problem(list(exc.errors())))
-            continue
-        except VakitError as exc:
-            results[index] = _failed(index, problem_for(exc, where="/api/v1/cron-jobs:batch")[0])
+        except (ValidationError, VakitError) as exc:
+            results[index] = item_failure(index, exc, where)
             continue
         first = first_of.get(cron.name)
         if first is None:
@@ -249,28 +246,13 @@ async def create_crons_batch(body: BatchCreateCronsIn, ctx: Ctx, owner: Owner) -
                 "different definition",
                 index=first[0],
             )
-            results[index] = _failed(index, problem_for(conflict)[0])
+            results[index] = item_failure(index, conflict, where)
 
-    async def write(shard: int, items: list[tuple[int, CronRecord]]) -> None:
-        try:
-            outcomes = await ctx.crons.create_many(shard, [c for _, c in items])
-        except Exception as exc:  # the whole shard failed: each of its crons says so
-            problem = problem_for(exc, where="/api/v1/cron-jobs:batch")[0]
-            for index, _ in items:
-                results[index] = _failed(index, problem)
-            return
-        for (index, _), outcome in zip(items, outcomes, strict=True):
-            if isinstance(outcome, VakitError):
-                results[index] = _failed(index, problem_for(outcome)[0])
-            else:
-                saved, created = outcome
-                results[index] = {
-                    "index": index,
-                    "status": 201 if created else 200,
-                    "cronJobId": saved.id_text,
-                }
+    def created(index: int, outcome: tuple[CronRecord, bool]) -> dict[str, Any]:
+        saved, new = outcome
+        return {"index": index, "status": 201 if new else 200, "cronJobId": saved.id_text}
 
-    await asyncio.gather(*(write(shard, items) for shard, items in by_shard.items()))
+    await write_shards(by_shard, ctx.crons.create_many, created, results, where)
     for index, first_index in repeats:
         # A name repeated in one batch with the same body: the first's answer,
         # as a repeat (or the first's problem).
@@ -280,12 +262,7 @@ async def create_crons_batch(body: BatchCreateCronsIn, ctx: Ctx, owner: Owner) -
         if repeat["status"] in (200, 201):
             repeat["status"] = 200
         results[index] = repeat
-    body_out = json.dumps({"results": results}, ensure_ascii=False, separators=(",", ":"))
-    return Response(body_out, media_type="application/json")
-
-
-def _failed(index: int, problem: dict[str, Any]) -> dict[str, Any]:
-    return {"index": index, "status": problem["status"], "problem": problem}
+    return json_response({"results": results})
 
 
 @router.get("/api/v1/cron-jobs", response_model=CronListOut)

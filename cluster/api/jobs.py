@@ -7,8 +7,6 @@ would validate again; the response models still document it.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import uuid
 from collections.abc import Callable, Coroutine
@@ -22,8 +20,8 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 import shardmap
+from cluster.api.batches import Results, item_failure, json_response, write_shards
 from cluster.api.context import ApiContext, Ctx, Owner
-from cluster.api.problems import problem_for, validation_problem
 from cluster.api.schemas import (
     AttemptOut,
     BatchCreateJobsIn,
@@ -37,7 +35,7 @@ from cluster.api.schemas import (
     parse_rfc3339,
 )
 from cluster.clock import utc
-from cluster.errors import InvalidRequest, NotFound, ShardUnavailable, VakitError
+from cluster.errors import Conflict, InvalidRequest, NotFound, ShardUnavailable, VakitError
 from cluster.model import (
     CancelParams,
     CreateJobParams,
@@ -97,12 +95,6 @@ def job_out(job: JobRecord, shard: int) -> JobOut:
             for a in job.attempts
         ],
     )
-
-
-def _json(content: Any, status: int) -> Response:
-    # What FastAPI's JSONResponse would send, without its model round trip.
-    body = json.dumps(content, ensure_ascii=False, separators=(",", ":"))
-    return Response(body, status_code=status, media_type="application/json")
 
 
 @dataclass(frozen=True)
@@ -174,7 +166,7 @@ async def _create_one(
         result = await ctx.store.create_job(ctx.shards.shard_of(params.id), params)
     else:
         result = await _create_anywhere(ctx, job.params)
-    return _json(
+    return json_response(
         {"jobId": job_id_text(result.job.id), "status": result.job.status.value},
         201 if result.created else 200,
     )
@@ -262,7 +254,8 @@ async def create_jobs_batch(body: BatchCreateJobsIn, ctx: Ctx, owner: Owner) -> 
     another one when that shard is unavailable (503): its write may have
     committed. Sending the whole batch again with keys is safe."""
     now = ctx.clock.now()
-    results: list[dict[str, Any] | None] = [None] * len(body.jobs)
+    where = "/api/v1/jobs:batch"
+    results: Results = [None] * len(body.jobs)
     by_shard: dict[int, list[tuple[int, CreateJobParams]]] = {}
     for index, raw in enumerate(body.jobs):
         try:
@@ -270,40 +263,25 @@ async def create_jobs_batch(body: BatchCreateJobsIn, ctx: Ctx, owner: Owner) -> 
             key = item.idempotencyKey
             digest = fingerprint(item, exclude=_BATCH_KEY_FIELD) if key is not None else None
             job = _prepare(ctx, owner, item, key, now, digest)
-        except ValidationError as exc:
-            results[index] = _failed(index, validation_problem(list(exc.errors())))
-            continue
-        except VakitError as exc:
-            results[index] = _failed(index, problem_for(exc, where="/api/v1/jobs:batch")[0])
+        except (ValidationError, VakitError) as exc:
+            results[index] = item_failure(index, exc, where)
             continue
         params = job.params(job.slot)
         by_shard.setdefault(ctx.shards.shard_of(params.id), []).append((index, params))
 
-    async def write(shard: int, jobs: list[tuple[int, CreateJobParams]]) -> None:
-        try:
-            outcomes = await ctx.store.create_jobs(shard, CreateJobsParams(tuple(p for _, p in jobs)))
-        except Exception as exc:  # the whole shard failed: each of its jobs says so
-            problem = problem_for(exc, where="/api/v1/jobs:batch")[0]
-            for index, _ in jobs:
-                results[index] = _failed(index, problem)
-            return
-        for (index, _), outcome in zip(jobs, outcomes, strict=True):
-            if isinstance(outcome, CreateResult):
-                results[index] = {
-                    "index": index,
-                    "status": 201 if outcome.created else 200,
-                    "jobId": job_id_text(outcome.job.id),
-                    "jobStatus": outcome.job.status.value,
-                }
-            else:
-                results[index] = _failed(index, problem_for(outcome)[0])
+    async def write(shard: int, jobs: list[CreateJobParams]) -> list[CreateResult | Conflict]:
+        return await ctx.store.create_jobs(shard, CreateJobsParams(tuple(jobs)))
 
-    await asyncio.gather(*(write(shard, jobs) for shard, jobs in by_shard.items()))
-    return _json({"results": results}, 200)
+    def created(index: int, outcome: CreateResult) -> dict[str, Any]:
+        return {
+            "index": index,
+            "status": 201 if outcome.created else 200,
+            "jobId": job_id_text(outcome.job.id),
+            "jobStatus": outcome.job.status.value,
+        }
 
-
-def _failed(index: int, problem: dict[str, Any]) -> dict[str, Any]:
-    return {"index": index, "status": problem["status"], "problem": problem}
+    await write_shards(by_shard, write, created, results, where)
+    return json_response({"results": results})
 
 
 @router.get("/api/v1/jobs/{job_id}", response_model=JobOut)
