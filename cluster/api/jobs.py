@@ -7,7 +7,6 @@ would validate again; the response models still document it.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -48,7 +47,6 @@ from cluster.model import (
 
 __all__ = ["job_id_text", "job_out", "parse_job_id", "router"]
 
-log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"])
 _BATCH_KEY_FIELD = {"idempotencyKey"}
 
