@@ -1,35 +1,25 @@
-"""The PostgreSQL store: one connection pool per shard, named queries only.
+"""The job store on PostgreSQL: the :class:`~cluster.store.base.Store`
+contract as named queries, on the shards' pools (:mod:`.pgshards`).
 
-psycopg errors are translated here, once (:func:`translate_errors`, and
-:func:`wrap_exceptions` on every public method): a shard that cannot be
-reached becomes :class:`ShardUnavailable` (the API answers 503, the worker
-backs off), a unique violation a :class:`Conflict` naming its constraint,
-anything else a :class:`StoreError` with the shard and the SQLSTATE. No
-driver exception leaves this module or :mod:`cluster.store.postgres_cron`,
-which uses the same two.
+Every public method is wrapped by :func:`~cluster.store.pgshards.wrap_exceptions`:
+no driver exception leaves this module.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import time
 import uuid
-import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import AsyncRowFactory, dict_row, scalar_row, tuple_row
+from psycopg.rows import dict_row, scalar_row, tuple_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from cluster import metrics
-from cluster.errors import Conflict, NotFound, ShardUnavailable, StoreError, VakitError
+from cluster.errors import Conflict, NotFound
 from cluster.model import (
     AttemptRecord,
     BacklogParams,
@@ -58,19 +48,15 @@ from cluster.model import (
     WorkerBeatParams,
     WorkersSeenParams,
 )
-from cluster.store.migrate import LATEST_VERSION
+from cluster.store.pgshards import PgShards, wrap_exceptions
 from cluster.store.sql import QUERIES
 
-__all__ = ["BACKLOG_CAP", "PgStore", "translate_errors", "wrap_exceptions"]
+__all__ = ["BACKLOG_CAP", "PgStore"]
 
 BACKLOG_CAP = 1_000_000
-# A connection back from use this recently is not checked again before reuse.
-_FRESH_SECONDS = 2.0
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R")
-M = TypeVar("M", bound=Callable[..., Coroutine[Any, Any, Any]])
 # Parsed targets by their JSON text. A wave fires many jobs at few targets:
 # each distinct target is parsed once. Shared, so never mutated.
 _TARGETS: dict[str, dict[str, Any]] = {}
@@ -99,180 +85,8 @@ def _claimed_row(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
     return make
 
 
-# Errors that mean "the shard cannot serve us right now", as opposed to a bug:
-# connection failures and shutdowns, a pool with no connection to give, and a
-# shard that refuses writes (a standby after failover, a read-only database).
-_UNAVAILABLE = (psycopg.OperationalError, PoolTimeout, psycopg.errors.ReadOnlySqlTransaction)
-# SQLSTATE classes of the same kind: connection exception, insufficient
-# resources, operator intervention (shutdown, cancel, cannot connect now).
-_UNAVAILABLE_CLASSES = ("08", "53", "57")
-
-
-def _unavailable(exc: BaseException) -> bool:
-    if isinstance(exc, _UNAVAILABLE):
-        return True
-    state = getattr(exc, "sqlstate", None) or ""
-    return isinstance(exc, psycopg.Error) and state[:2] in _UNAVAILABLE_CLASSES
-
-
-@contextmanager
-def translate_errors(shard: int) -> Iterator[None]:
-    """Turn any psycopg error raised inside into the project's own, once.
-
-    Unavailable → :class:`ShardUnavailable`; a unique violation →
-    :class:`Conflict` with ``constraint``; any other psycopg error →
-    :class:`StoreError` with ``sqlstate``. Our own errors pass untouched, so
-    nesting (a method over :meth:`PgStore.connection`) translates once.
-    Works around ``await``s: a plain ``with`` in a coroutine."""
-    try:
-        yield
-    except VakitError:
-        raise
-    except psycopg.errors.UniqueViolation as exc:
-        constraint = exc.diag.constraint_name
-        raise Conflict(
-            f"unique constraint {constraint} refused the write",
-            constraint=constraint,
-            shard=shard,
-            sqlstate=exc.sqlstate,
-        ) from exc
-    except psycopg.Error as exc:  # PoolTimeout is one too
-        if _unavailable(exc):
-            raise ShardUnavailable(
-                f"shard {shard} is unavailable: {type(exc).__name__}", shard=shard
-            ) from exc
-        raise StoreError(
-            f"shard {shard}: {type(exc).__name__}: {exc}".strip(),
-            shard=shard,
-            sqlstate=exc.sqlstate,
-        ) from exc
-
-
-def wrap_exceptions(method: M) -> M:
-    """:func:`translate_errors` around a store method whose first argument
-    after ``self`` is the shard (procrastinate's ``wrap_exceptions``). The
-    method keeps its exact signature, so the class still meets its protocol."""
-
-    @functools.wraps(method)
-    async def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
-        shard = args[0] if args else kwargs["shard"]
-        with translate_errors(shard):
-            return await method(self, *args, **kwargs)
-
-    return cast(M, wrapped)
-
-
-class PgStore:
+class PgStore(PgShards):
     """The :class:`~cluster.store.base.Store` contract on PostgreSQL shards."""
-
-    latest_schema_version = LATEST_VERSION
-
-    def __init__(
-        self,
-        dsns: list[str],
-        *,
-        min_size: int = 1,
-        max_size: int = 8,
-        timeout: float = 5.0,
-        name: str = "vakit",
-    ) -> None:
-        if not dsns:
-            raise ValueError("at least one shard DSN is needed (VAKIT_SHARDS)")
-        self.shard_count = len(dsns)
-        self._returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
-        self._timers: dict[tuple[int, str], Any] = {}
-        self._pool_gauges = [
-            tuple(metrics.DB_POOL.labels(str(i), state) for state in ("size", "idle", "waiting"))
-            for i in range(self.shard_count)
-        ]
-        self._pools = [
-            AsyncConnectionPool(
-                dsn,
-                min_size=min_size,
-                max_size=max_size,
-                timeout=timeout,
-                open=False,
-                name=f"{name}-shard{i}",
-                # A connection that died with its server (restart, failover)
-                # is noticed before use, not by the statement that needs it;
-                # only idle ones are checked, a round trip per checkout was
-                # a tenth of a worker's CPU in a wave.
-                check=self._check_if_idle,
-                reset=self._stamp,
-                # The background refill gives up after a minute; connections
-                # are still made on demand, so a shard that comes back later
-                # is used again.
-                reconnect_timeout=60,
-                kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
-            )
-            for i, dsn in enumerate(dsns)
-        ]
-
-    async def _stamp(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self._returned[conn] = time.monotonic()
-
-    async def _check_if_idle(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        last = self._returned.get(conn)
-        if last is not None and time.monotonic() - last < _FRESH_SECONDS:
-            return
-        await AsyncConnectionPool.check_connection(conn)
-
-    async def open(self) -> None:
-        for pool in self._pools:
-            # wait=False: a shard that is down at start must not stop the
-            # others from serving; the pool keeps reconnecting.
-            await pool.open(wait=False)
-
-    async def close(self) -> None:
-        for pool in self._pools:
-            await pool.close()
-
-    @asynccontextmanager
-    async def connection(self, shard: int) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection to ``shard`` (autocommit); errors raised in the
-        block, by the pool or by a statement, come out translated."""
-        if not 0 <= shard < self.shard_count:
-            raise ValueError(f"shard {shard} out of range 0..{self.shard_count - 1}")
-        with translate_errors(shard):
-            async with self._pools[shard].connection() as conn:
-                yield conn
-
-    async def fetch(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """Run the named query ``name`` on ``shard``; rows as dicts."""
-        return await self.fetch_as(shard, name, params, dict_row)
-
-    async def fetch_as(
-        self, shard: int, name: str, params: dict[str, Any], rows: AsyncRowFactory[R]
-    ) -> list[R]:
-        """Run the named query ``name`` on ``shard``; rows as ``rows`` makes them."""
-        started = time.perf_counter()
-        try:
-            async with self.connection(shard) as conn, conn.cursor(row_factory=rows) as cur:
-                await cur.execute(QUERIES[name], params)
-                return await cur.fetchall() if cur.description else []
-        finally:
-            self._observe(shard, name, time.perf_counter() - started)
-
-    def _observe(self, shard: int, name: str, seconds: float) -> None:
-        """The statement's time, and the pool's state as the statement ends
-        (children kept: a wave runs a few statements per 500 jobs)."""
-        if not 0 <= shard < self.shard_count:
-            return  # connection() refused it; let its ValueError through
-        key = (shard, name)
-        child = self._timers.get(key)
-        if child is None:
-            child = self._timers[key] = metrics.STORE_QUERY_SECONDS.labels(str(shard), name)
-        child.observe(seconds)
-        stats = self._pools[shard].get_stats()
-        gauges = self._pool_gauges[shard]
-        gauges[0].set(stats.get("pool_size", 0))
-        gauges[1].set(stats.get("pool_available", 0))
-        gauges[2].set(stats.get("requests_waiting", 0))
-
-    @wrap_exceptions
-    async def schema_version(self, shard: int) -> int:
-        rows = await self.fetch(shard, "schema_version", {})
-        return int(rows[0]["version"])
 
     # -- API side ---------------------------------------------------------
 

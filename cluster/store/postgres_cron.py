@@ -36,7 +36,8 @@ from cluster.model import (
     TriggerCronParams,
     WaitingCronsParams,
 )
-from cluster.store.postgres import PgStore, wrap_exceptions
+from cluster.store.pgshards import wrap_exceptions
+from cluster.store.postgres import PgStore
 from cluster.store.sql import QUERIES
 
 __all__ = ["PgCronStore"]

@@ -39,7 +39,8 @@ from cluster.model import (
     Outcome,
     RescheduleParams,
 )
-from cluster.store.postgres import PgStore, translate_errors
+from cluster.store.pgshards import translate_errors
+from cluster.store.postgres import PgStore
 from tests.helpers import job_params
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The job model: states, records and the parameter objects of the store seam.
+"""Jobs: states, records and the parameter objects of the job store seam.
 
 One small params object per store operation (River's style): the shard is
 always an explicit argument beside it, never an ambient default.
@@ -12,8 +12,6 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-import shardmap
-
 __all__ = [
     "TERMINAL",
     "WORKER_SEEN_SECONDS",
@@ -26,42 +24,24 @@ __all__ = [
     "CreateJobParams",
     "CreateJobsParams",
     "CreateResult",
-    "CronRecord",
-    "CronRun",
-    "CronRunsParams",
-    "DeleteCronParams",
     "DueAheadParams",
-    "DueCountsParams",
-    "DueCron",
-    "DueCronsParams",
     "DueSecond",
     "FinishParams",
-    "GetCronParams",
     "GetJobParams",
     "HeartbeatParams",
     "JobRecord",
     "JobResult",
     "JobStatus",
-    "LastSuccessParams",
     "Lease",
-    "ListCronsParams",
     "MaintainHistoryParams",
     "MaintenanceResult",
-    "MaterializeBatchParams",
-    "MaterializeParams",
-    "MaterializeResult",
     "MoveFarParams",
-    "Occurrence",
     "Outcome",
-    "PendingInfo",
-    "PendingParams",
     "ReapParams",
     "ReapResult",
     "ReleaseParams",
     "RescheduleParams",
     "RevokeReplacedParams",
-    "TriggerCronParams",
-    "WaitingCronsParams",
     "WorkerBeatParams",
     "WorkersSeenParams",
 ]
@@ -367,231 +347,3 @@ class MaintainHistoryParams:
     retention_days: int
     today: date | None = None
     days_ahead: int = 7
-
-
-# -- cron jobs ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CronRecord:
-    id: uuid.UUID
-    owner: str
-    name: str
-    schedule: str
-    schedule_kind: str
-    time_zone: str
-    type: str
-    target: dict[str, Any]
-    payload: Any
-    misfire_policy: str
-    concurrency: str
-    jitter_seconds: int
-    max_attempts: int
-    timeout_seconds: int
-    starting_deadline_seconds: int | None
-    enabled: bool
-    anchor: datetime
-    next_fire_at: datetime | None
-    fingerprint: str
-    last_fire_at: datetime | None = None
-    last_success_at: datetime | None = None
-    missed_count: int = 0
-    skipped_count: int = 0
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-
-    @property
-    def id_text(self) -> str:
-        return shardmap.encode_id("cron", self.id)
-
-    @property
-    def target_kind(self) -> str:
-        return str(self.target["kind"])
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> CronRecord:
-        return cls(
-            id=row["id"],
-            owner=row["owner_service"],
-            name=row["name"],
-            schedule=row["schedule"],
-            schedule_kind=row["schedule_kind"],
-            time_zone=row["time_zone"],
-            type=row["type"],
-            target=row["target"],
-            payload=row["payload"],
-            misfire_policy=row["misfire_policy"],
-            concurrency=row["concurrency"],
-            jitter_seconds=row["jitter_seconds"],
-            max_attempts=row["max_attempts"],
-            timeout_seconds=row["timeout_seconds"],
-            starting_deadline_seconds=row["starting_deadline_seconds"],
-            enabled=row["enabled"],
-            anchor=row["anchor"],
-            next_fire_at=row["next_fire_at"],
-            fingerprint=row["fingerprint"],
-            last_fire_at=row["last_fire_at"],
-            last_success_at=row["last_success_at"],
-            missed_count=row["missed_count"],
-            skipped_count=row["skipped_count"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-        )
-
-
-@dataclass(frozen=True)
-class Occurrence:
-    job_id: uuid.UUID
-    scheduled_for: datetime
-    run_at: datetime
-    deadline_at: datetime | None
-
-
-@dataclass(frozen=True)
-class PendingInfo:
-    pending: int
-    last_finished: datetime | None
-
-
-@dataclass(frozen=True)
-class CronRun:
-    job_id: uuid.UUID
-    scheduled_for: datetime
-    run_at: datetime
-    status: str
-    attempt: int
-    last_error: str | None
-    finished_at: datetime | None
-    lateness_seconds: float | None
-
-
-@dataclass(frozen=True)
-class MaterializeParams:
-    cron_id: uuid.UUID
-    expected_next: datetime | None  # compare-and-set on next_fire_at
-    occurrences: tuple[Occurrence, ...]
-    next_fire_at: datetime | None
-    last_fire: datetime | None
-    missed: int = 0
-    skipped: int = 0
-
-
-@dataclass(frozen=True)
-class GetCronParams:
-    id: uuid.UUID
-    owner: str
-
-
-@dataclass(frozen=True)
-class ListCronsParams:
-    """A page of an owner's crons by name, after the name ``after``."""
-
-    owner: str
-    after: str = ""
-    limit: int = 50
-
-
-@dataclass(frozen=True)
-class DeleteCronParams:
-    id: uuid.UUID
-    owner: str
-
-
-@dataclass(frozen=True)
-class TriggerCronParams:
-    """One extra occurrence of ``cron``, outside its schedule."""
-
-    cron: CronRecord
-    occurrence: Occurrence
-
-
-@dataclass(frozen=True)
-class CronRunsParams:
-    cron_id: uuid.UUID
-    limit: int = 50
-
-
-class DueCron(NamedTuple):
-    """What the materializer plans from: a cron's timing, not its target or
-    payload (the write copies those inside the database). A named tuple,
-    made straight from a row: a pass reads thousands."""
-
-    id: uuid.UUID
-    schedule: str
-    schedule_kind: str
-    time_zone: str
-    anchor: datetime
-    misfire_policy: str
-    concurrency: str
-    jitter_seconds: int
-    starting_deadline_seconds: int | None
-    next_fire_at: datetime | None
-
-    @property
-    def id_text(self) -> str:
-        return shardmap.encode_id("cron", self.id)
-
-
-@dataclass(frozen=True)
-class DueCronsParams:
-    """Enabled crons with ``next_fire_at <= until``, in (next_fire_at, id)
-    order, after the keyset position ``after`` (None: from the start)."""
-
-    until: datetime
-    after: tuple[datetime, uuid.UUID] | None = None
-    limit: int = 2000
-
-
-@dataclass(frozen=True)
-class DueCountsParams:
-    """How many enabled crons are due in each second up to ``until``; the
-    overdue ones (before ``now``) are counted in ``now``'s second."""
-
-    now: datetime
-    until: datetime
-
-
-@dataclass(frozen=True)
-class WaitingCronsParams:
-    """Fixed-delay crons waiting for their occurrence to finish
-    (``next_fire_at`` NULL), by id after ``after``."""
-
-    limit: int = 2000
-    after: uuid.UUID | None = None
-
-
-@dataclass(frozen=True)
-class LastSuccessParams:
-    """The ``limit`` enabled crons whose last success (or creation) is
-    oldest: the silent ones, which the alert needs, without a series per
-    cron of a million."""
-
-    limit: int = 1000
-
-
-@dataclass(frozen=True)
-class PendingParams:
-    cron_ids: tuple[uuid.UUID, ...]
-    with_finished: bool = False  # also when each cron's latest occurrence finished (fixed delay)
-
-
-@dataclass(frozen=True)
-class MaterializeBatchParams:
-    """Occurrences of many crons and their ``next_fire_at`` moves, written at
-    once. Each item is a compare-and-set on its cron's ``next_fire_at``: a
-    cron whose CAS fails (another materializer moved it, or holds its row)
-    gets none of its occurrences written. An occurrence whose ``run_at`` is
-    beyond ``now + far_horizon_seconds`` goes to the far table."""
-
-    items: tuple[MaterializeParams, ...]
-    now: datetime
-    far_horizon_seconds: float
-
-
-@dataclass(frozen=True)
-class MaterializeResult:
-    advanced: frozenset[uuid.UUID]  # crons whose compare-and-set won
-    created: int  # occurrences written (near and far)
-    # FORBID crons whose new occurrence met a pending one at the last moment
-    # (a manual trigger in between): the slot is used, no job was made.
-    refused: tuple[uuid.UUID, ...] = ()

@@ -1,0 +1,14 @@
+"""The model of the kernel: jobs and cron jobs, their records and the
+parameter objects of the store seam (:mod:`.jobs`, :mod:`.crons`).
+
+Everything is re-exported here: callers import from ``cluster.model``.
+"""
+
+from __future__ import annotations
+
+from cluster.model.crons import *  # noqa: F403
+from cluster.model.crons import __all__ as _crons
+from cluster.model.jobs import *  # noqa: F403
+from cluster.model.jobs import __all__ as _jobs
+
+__all__ = [*_jobs, *_crons]
