@@ -272,7 +272,7 @@ class BenchCluster:
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> _Proc:
         log_path = self.log_dir / f"{name}.log"
-        log = open(log_path, "ab")  # noqa: SIM115 - closed in stop(), after the child exits
+        log = open(log_path, "ab")  # closed in stop(), after the child exits
         popen = subprocess.Popen(
             [sys.executable, *args],
             env=env,

@@ -11,7 +11,7 @@ import argparse
 
 from aiohttp import web
 
-__all__ = ["make_app", "main"]
+__all__ = ["main", "make_app"]
 
 
 def make_app() -> web.Application:

@@ -117,7 +117,7 @@ def status(config: str | None, as_json: bool) -> None:
     for s in report["shards"]:
         age = s["oldestDueAgeSeconds"]
         click.echo(
-            f"{s['shard']:>5}  {str(s['leader'] or '-'):<28} {str(s['backlog'] if s['backlog'] is not None else '?'):>8} "
+            f"{s['shard']:>5}  {s['leader'] or '-'!s:<28} {s['backlog'] if s['backlog'] is not None else '?'!s:>8} "
             f"{(f'{age:.1f}s' if age is not None else '?'):>11}  {', '.join(s['owners']) or '-'}"
         )
 

@@ -80,7 +80,7 @@ def start_sink() -> Sink:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
             payload = body.get("payload") or {}
             with sink.lock:

@@ -462,7 +462,7 @@ class Worker:
             task.cancel()
         if completers:
             budget = max(1.0, self._stop_deadline - time.monotonic() + 5.0)
-            done, late = await asyncio.wait(completers, timeout=budget)
+            _done, late = await asyncio.wait(completers, timeout=budget)
             for task in late:
                 task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

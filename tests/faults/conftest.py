@@ -8,7 +8,7 @@ the report.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -58,7 +58,9 @@ def own_procs(own_servers: list[PgServer], tmp_path: Path) -> Iterator[ProcessHa
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report: pytest.TestReport = yield
     if report.failed:
         funcargs = getattr(item, "funcargs", {})

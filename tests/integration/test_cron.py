@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -236,7 +237,7 @@ async def test_two_materializers_at_once_make_one_job_per_slot(shard_dsns: list[
         by_cron.setdefault(c, []).append(t)
     for slots in by_cron.values():
         slots.sort()
-        assert all(b - a == timedelta(minutes=1) for a, b in zip(slots, slots[1:], strict=False))
+        assert all(b - a == timedelta(minutes=1) for a, b in itertools.pairwise(slots))
 
 
 def make_worker(store: PgStore, name: str, **over: Any) -> Worker:
@@ -477,7 +478,7 @@ async def test_two_materializers_racing_on_10000_crons_write_every_slot_once(
     for slots in by_cron.values():
         slots.sort()
         assert slots[0] == start and len(slots) >= 3
-        assert all(b - a == timedelta(minutes=1) for a, b in zip(slots, slots[1:], strict=False))
+        assert all(b - a == timedelta(minutes=1) for a, b in itertools.pairwise(slots))
     assert sum(created) == len(keys)
     assert {(c, t) for c, t, _ in ledger(shard_dsns)} == set(keys)
     print(f"\n10,000 crons, two materializers: {len(keys)} occurrences, split {created}")

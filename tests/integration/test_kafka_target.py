@@ -75,7 +75,7 @@ async def test_records_carry_the_http_body_key_and_headers(
             kafka_topic,
             key="customer-7" if i % 3 == 0 else None,
             attempt=1 + i % 4,
-            payload=[None, {"n": i, "text": "çağrı ✓"}, [1, 2.5, "x"], "plain"][i % 4],
+            payload=[None, {"n": i, "text": "çağrı ✓"}, [1, 2.5, "x"], "plain"][i % 4],  # noqa: RUF001 (Turkish on purpose: non-ASCII must survive)
             scheduled_for=base + timedelta(seconds=i),
         )
         for i in range(24)

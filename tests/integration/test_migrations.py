@@ -64,8 +64,8 @@ def test_every_named_query_prepares_against_the_schema(pg_servers: list[PgServer
                 sql = sql.replace(f"%({p})s", f"${i}").replace(f"%({p})b", f"${i}")
             sql = sql.replace("%%", "%")
             try:
-                conn.execute(f"PREPARE q_{name} AS {sql}".encode())  # type: ignore[arg-type]
-                conn.execute(f"DEALLOCATE q_{name}".encode())  # type: ignore[arg-type]
+                conn.execute(f"PREPARE q_{name} AS {sql}".encode())
+                conn.execute(f"DEALLOCATE q_{name}".encode())
             except _SCHEMA_ERRORS as exc:
                 raise AssertionError(f"query {name!r} does not match the schema: {exc}") from exc
             except psycopg.Error:

@@ -42,7 +42,8 @@ class Task:
 
 
 async def test_runs_led_shards_and_reports_each_lost_one_once() -> None:
-    coord, task, lost = Leadership(), Task(), []
+    coord, task = Leadership(), Task()
+    lost: list[int] = []
     loop = LeaderLoop(task, coord, 3, 1.0, on_lost=lost.append)
     coord.led = {0, 2}
     assert await loop.run_once() == 2
@@ -59,7 +60,8 @@ async def test_runs_led_shards_and_reports_each_lost_one_once() -> None:
 
 
 async def test_owners_too_follows_ownership() -> None:
-    coord, task, lost = Leadership(), Task(), []
+    coord, task = Leadership(), Task()
+    lost: list[int] = []
     loop = LeaderLoop(task, coord, 2, 1.0, owners_too=True, on_lost=lost.append)
     coord.owned = {1}
     await loop.run_once()
