@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -12,7 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
 import shardmap
-from cluster.model import ClaimedJob, CreateJobParams
+from cluster.cron.plan import cron_slot
+from cluster.model import ClaimedJob, CreateJobParams, CronRecord
 
 T = TypeVar("T")
 
@@ -188,3 +190,38 @@ def claimed_job(
         payload_json=payload_json,
         lease_until=when + timedelta(minutes=1),
     )
+
+
+def cron_record(
+    owner: str = "svc",
+    name: str = "c",
+    *,
+    next_fire_at: datetime,
+    schedule: str = "0 * * * *",
+    **over: Any,
+) -> CronRecord:
+    """A valid cron definition for writing straight through a cron store or
+    planning with :func:`cluster.cron.plan.plan`: hourly, UTC, an HTTP
+    target, RUN_ONCE, ALLOW; ``over`` replaces any field."""
+    base = CronRecord(
+        id=shardmap.new_uuid(cron_slot(owner, name)),
+        owner=owner,
+        name=name,
+        schedule=schedule,
+        schedule_kind="CRON",
+        time_zone="UTC",
+        type=name,
+        target={"kind": "HTTP", "url": "https://x.example/"},
+        payload={"n": name},
+        misfire_policy="RUN_ONCE",
+        concurrency="ALLOW",
+        jitter_seconds=0,
+        max_attempts=3,
+        timeout_seconds=60,
+        starting_deadline_seconds=None,
+        enabled=True,
+        anchor=datetime(1970, 1, 1, tzinfo=UTC),
+        next_fire_at=next_fire_at,
+        fingerprint=f"fp-{name}",
+    )
+    return dataclasses.replace(base, **over)

@@ -14,12 +14,12 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 import shardmap
 from cluster.clock import FakeClock
-from cluster.cron.plan import cron_slot
 from cluster.errors import Conflict, NotFound
 from cluster.model import (
     ClaimParams,
@@ -47,6 +47,7 @@ from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
+from tests.helpers import cron_record
 
 SHARDS = 2
 OWNER = "svc"
@@ -81,29 +82,10 @@ async def ch(request: pytest.FixtureRequest) -> AsyncIterator[CronHarness]:
         await pg.close()
 
 
-def cron(h: CronHarness, name: str = "c", *, at: float = 60.0, **over: object) -> CronRecord:
-    base = CronRecord(
-        id=shardmap.new_uuid(cron_slot(OWNER, name)),
-        owner=OWNER,
-        name=name,
-        schedule="0 * * * *",
-        schedule_kind="CRON",
-        time_zone="UTC",
-        type=name,
-        target={"kind": "HTTP", "url": "https://x.example/"},
-        payload={"n": 1},
-        misfire_policy="RUN_ONCE",
-        concurrency="ALLOW",
-        jitter_seconds=0,
-        max_attempts=3,
-        timeout_seconds=60,
-        starting_deadline_seconds=None,
-        enabled=True,
-        anchor=datetime(1970, 1, 1, tzinfo=UTC),
-        next_fire_at=h.now() + timedelta(seconds=at),
-        fingerprint=f"fp-{name}",
-    )
-    return dataclasses.replace(base, **over)  # type: ignore[arg-type]
+def cron(h: CronHarness, name: str = "c", *, at: float = 60.0, **over: Any) -> CronRecord:
+    over.setdefault("type", name)
+    over.setdefault("payload", {"n": 1})
+    return cron_record(OWNER, name, next_fire_at=h.now() + timedelta(seconds=at), **over)
 
 
 def occ(c: CronRecord, slot: datetime, run_at: datetime | None = None) -> Occurrence:

@@ -4,7 +4,6 @@ materializers at once, and FORBID / REPLACE with a real worker and target."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import time
 from collections import Counter
@@ -21,7 +20,6 @@ import shardmap
 from cluster.clock import FakeClock
 from cluster.config import Settings
 from cluster.coordination.base import StaticCoordinator
-from cluster.cron.plan import cron_slot
 from cluster.cron.schedule import stable_jitter
 from cluster.leader.materializer import Materializer
 from cluster.model import ClaimParams, CronRecord, FinishParams, GetCronParams, JobResult, Outcome
@@ -30,7 +28,7 @@ from cluster.store.postgres_cron import PgCronStore
 from cluster.targets.http import HttpTarget
 from cluster.targets.policy import AddressPolicy
 from cluster.worker.worker import Worker
-from tests.helpers import Sink, eventually, start_sink
+from tests.helpers import Sink, cron_record, eventually, start_sink
 from tests.integration.test_api import A, B, client_for, settings_for
 
 A_OWNER = "svc-a"
@@ -392,28 +390,10 @@ async def test_trigger_adds_one_occurrence(api: httpx.AsyncClient, shard_dsns: l
 def bulk_cron(name: str, next_fire_at: datetime, **over: Any) -> CronRecord:
     """A valid definition written straight through the store (thousands of
     them, faster than the API); fingerprints are per name."""
-    base = CronRecord(
-        id=shardmap.new_uuid(cron_slot(A_OWNER, name)),
-        owner=A_OWNER,
-        name=name,
-        schedule="* * * * *",
-        schedule_kind="CRON",
-        time_zone="UTC",
-        type="bulk",
-        target={"kind": "HTTP", "url": "https://hooks.example.com/run"},
-        payload={"n": name},
-        misfire_policy="RUN_ONCE",
-        concurrency="ALLOW",
-        jitter_seconds=0,
-        max_attempts=3,
-        timeout_seconds=60,
-        starting_deadline_seconds=None,
-        enabled=True,
-        anchor=datetime(1970, 1, 1, tzinfo=UTC),
-        next_fire_at=next_fire_at,
-        fingerprint=f"fp-{name}",
-    )
-    return dataclasses.replace(base, **over)
+    over.setdefault("schedule", "* * * * *")
+    over.setdefault("type", "bulk")
+    over.setdefault("target", {"kind": "HTTP", "url": "https://hooks.example.com/run"})
+    return cron_record(A_OWNER, name, next_fire_at=next_fire_at, **over)
 
 
 async def create_bulk(store: PgStore, crons: list[CronRecord]) -> None:

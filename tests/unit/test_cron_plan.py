@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -16,35 +17,22 @@ from cluster.leader.materializer import Materializer
 from cluster.model import CronRecord
 from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
+from tests.helpers import cron_record
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 LOOKAHEAD = timedelta(seconds=60)
 THRESHOLD = timedelta(seconds=60)
 
 
-def cron(schedule: str = "0 * * * *", **over: object) -> CronRecord:
-    base = CronRecord(
-        id=shardmap.new_uuid(cron_slot("svc", "c")),
-        owner="svc",
-        name="c",
-        schedule=schedule,
-        schedule_kind="CRON",
-        time_zone="UTC",
-        type="c",
-        target={"kind": "HTTP", "url": "https://x.example/"},
-        payload={},
-        misfire_policy="RUN_ALL",
-        concurrency="ALLOW",
-        jitter_seconds=0,
-        max_attempts=3,
-        timeout_seconds=60,
-        starting_deadline_seconds=None,
-        enabled=True,
-        anchor=datetime(1970, 1, 1, tzinfo=UTC),
-        next_fire_at=T0,
-        fingerprint="f",
+def cron(schedule: str = "0 * * * *", **over: Any) -> CronRecord:
+    over.setdefault("payload", {})
+    over.setdefault("misfire_policy", "RUN_ALL")
+    over.setdefault("fingerprint", "f")
+    name = over.pop("name", "c")
+    over.setdefault("type", "c")
+    return cron_record(
+        over.pop("owner", "svc"), name, next_fire_at=over.pop("next_fire_at", T0), schedule=schedule, **over
     )
-    return dataclasses.replace(base, **over)  # type: ignore[arg-type]
 
 
 def run(c: CronRecord, now: datetime, pending: int = 0, cap: int = 100) -> Plan:
