@@ -33,6 +33,7 @@ WORKER_SETTING_NAMES = (
     "claim_batch",
     "max_inflight",
     "prefetch_seconds",
+    "preload_memory_bytes",
     "poll_interval",
     "complete_batch",
     "complete_linger",

@@ -51,8 +51,9 @@ from benchmarks.outcomes import collect, figures, server_info
 from benchmarks.profile import summarize_profiles, write_summary
 from benchmarks.report import headline, machine_info, plot_timeline, write_report
 from benchmarks.stats import timeline
+from cluster.worker.preload import LOOKAHEAD_SECONDS
 
-__all__ = ["SOURCES", "WaveOptions", "auto_lead", "main", "run"]
+__all__ = ["SOURCES", "WaveOptions", "auto_lead", "claim_window", "main", "run"]
 
 log = logging.getLogger("benchmarks.wave")
 
@@ -96,6 +97,17 @@ class WaveOptions:
             raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
 
 
+def claim_window(worker_settings: dict[str, Any]) -> float:
+    """How long before T the workers may claim the wave's jobs: the prefetch
+    window, or the preloader's lookahead when preloading is on (it is by
+    default). The wave must be in the tables by then, as a real round hour's
+    jobs are long before it, or the run measures a wave nobody saw coming."""
+    window = float(worker_settings["prefetch_seconds"])
+    if int(worker_settings.get("preload_memory_bytes", 0)) > 0:
+        window = max(window, LOOKAHEAD_SECONDS)
+    return window
+
+
 def auto_lead(jobs: int, prefetch: float) -> float:
     """Time enough to load ``jobs`` rows before the first claim may take one."""
     return round(3.0 + prefetch + jobs / _LOAD_RATE_GUESS, 1)
@@ -113,7 +125,7 @@ def run(opts: WaveOptions) -> dict[str, Any]:
     with BenchCluster(spec) as cluster:
         dsns, target = cluster.start_scheduler(opts.target)
         worker_settings = settings_in_effect(cluster.base_env())
-        prefetch = float(worker_settings["prefetch_seconds"])
+        prefetch = claim_window(worker_settings)
         tokens = {secrets.token_urlsafe(18): o for o in owners}
         urls = cluster.start_apis(tokens, opts.api_procs) if opts.source != "copy" else []
         with ProcessSampler(cluster) as sampler, ExitStack() as watching:
