@@ -1,14 +1,27 @@
 # Two entry points for a fresh machine: `make run` and `make test`.
 # Both install what is missing (OS packages included) before they start.
+#
+# Python packages come from uv.lock, exactly: `uv sync --locked` installs the
+# locked versions (every extra and the test and lint groups) into .venv and
+# refuses to run when pyproject.toml has changed and the lock has not.
+# After adding or changing a dependency in pyproject.toml, run ONE command:
+#
+#     make lock        # re-resolves uv.lock; commit it with pyproject.toml
+#
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# uv itself, pinned, in its own small venv (uv sync keeps .venv exactly as
+# locked, so uv cannot live there).
+UV_VERSION := 0.13.9
+UV_HOME := .uv
+UV := $(UV_HOME)/bin/uv
 PG_BIN := /usr/lib/postgresql/15/bin
 ZK_JAR := /usr/share/java/zookeeper.jar
 
-.PHONY: run test setup os-deps lint typecheck unit integration faults bench clean
+.PHONY: run test setup lock os-deps lint typecheck unit integration faults bench clean
 
 setup: os-deps $(STAMP)
 
@@ -22,11 +35,18 @@ os-deps:
 	    --no-install-recommends postgresql-15 zookeeper default-jre-headless prometheus >/dev/null; \
 	fi
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+$(UV):
+	$(PY) -m venv $(UV_HOME)
+	$(UV_HOME)/bin/pip install -q 'uv==$(UV_VERSION)'
+
+$(STAMP): pyproject.toml uv.lock | $(UV)
+	@$(UV) sync --locked --all-extras --python $(PY) -q || { \
+	  echo "uv.lock does not match pyproject.toml: run 'make lock' and commit uv.lock" >&2; exit 1; }
 	touch $(STAMP)
+
+# Re-resolve uv.lock after a change to pyproject.toml's dependencies.
+lock: | $(UV)
+	$(UV) lock --python $(PY)
 
 run: setup
 	$(BIN)/vakit up --demo
@@ -46,4 +66,4 @@ bench: setup
 	$(BIN)/python -m benchmarks.wave
 
 clean:
-	rm -rf $(VENV) .vakit bench-out
+	rm -rf $(VENV) $(UV_HOME) .vakit bench-out

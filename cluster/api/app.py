@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from prometheus_client.metrics import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cluster import metrics
+from cluster import __version__, metrics
 from cluster.api import crons as cron_routes
 from cluster.api import jobs as job_routes
 from cluster.api import ops as ops_routes
@@ -77,7 +77,7 @@ def create_app(
 
     app = FastAPI(
         title="Vakit",
-        version="0.1.0",
+        version=__version__,
         description="Sharded, distributed job scheduler: one-shot delayed jobs and cron jobs "
         "that fire HTTP endpoints and Kafka topics, at least once, with what a target needs "
         "to make the effect happen once (jobId, scheduledFor, attempt).",
