@@ -3,6 +3,13 @@
 2xx is success; 408, 429, 5xx, timeouts and connection errors are retried;
 any other status (redirects included: they are not followed) fails at once,
 since repeating the same request would get the same answer.
+
+SSRF guard: the URL is parsed once by the policy (with yarl, the client's own
+parser) and that parsed URL is what the client gets; the resolver drops the
+addresses the policy refuses, and the socket factory checks the address of
+every socket before it connects, literals included (aiohttp does not consult
+the resolver for those). Redirects are never followed, and no proxy from the
+environment is used, so the checked address is the one connected to.
 """
 
 from __future__ import annotations
@@ -10,16 +17,20 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
+from yarl import URL
 
 from cluster.model import ClaimedJob
 from cluster.targets import FireResult, firing_body, idempotency_key
-from cluster.targets.policy import AddressPolicy, TargetRefused
+from cluster.targets.policy import AddressPolicy, AddressRefused, TargetRefused
 
-__all__ = ["HttpTarget", "PolicyResolver"]
+__all__ = ["HttpTarget", "PolicyResolver", "guarded_socket_factory"]
+
+AddrInfo = tuple[int, int, int, str, tuple[Any, ...]]
 
 _RETRY_STATUSES = frozenset({408, 429})
 _USER_AGENT = "vakit-worker/0.1"
@@ -43,14 +54,44 @@ class PolicyResolver(AbstractResolver):
             try:
                 self._policy.check_address(ipaddress.ip_address(result["host"]), host)
                 allowed.append(result)
-            except TargetRefused as exc:
+            except (TargetRefused, ValueError) as exc:
                 refusal = exc
         if not allowed:
-            raise OSError(f"{host} resolves only to refused addresses: {refusal}")
+            raise AddressRefused(f"{host} resolves only to refused addresses: {refusal}")
         return allowed
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+def guarded_socket_factory(policy: AddressPolicy) -> Callable[[AddrInfo], socket.socket]:
+    """aiohttp's ``socket_factory``: the last word before ``connect()``, on
+    the address the socket is for, whatever produced it."""
+
+    def make(addr_info: AddrInfo) -> socket.socket:
+        family, type_, proto, _, sockaddr = addr_info
+        try:
+            policy.check_address(ipaddress.ip_address(sockaddr[0]))
+        except (TargetRefused, ValueError) as exc:
+            raise AddressRefused(f"refused by the target policy: {exc}") from exc
+        return socket.socket(family=family, type=type_, proto=proto)
+
+    return make
+
+
+def _policy_refusal(exc: BaseException) -> str | None:
+    """The policy's refusal (final) behind a connection error, if it is one
+    rather than the network's (retried)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        os_error = getattr(seen, "os_error", None)
+        for candidate in (seen, os_error):
+            if isinstance(candidate, AddressRefused):
+                return str(candidate)
+        if "refused by the target policy" in str(seen):  # several addresses, one message
+            return str(seen)
+        seen = seen.__cause__
+    return None
 
 
 class HttpTarget:
@@ -64,19 +105,21 @@ class HttpTarget:
         # The policy never changes: a URL is checked once, not per firing
         # (parsing it and its address was 4 % of a worker's CPU in an HTTP
         # wave). Bounded, whatever the URLs.
-        self._checked: dict[str, TargetRefused | None] = {}
+        self._checked: dict[str, URL | TargetRefused] = {}
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
-    def _refusal(self, url: str) -> TargetRefused | None:
-        if url not in self._checked:
+    def _parsed(self, url: str) -> URL | TargetRefused:
+        """The URL as parsed (once) by the policy, or why it is refused."""
+        parsed = self._checked.get(url)
+        if parsed is None:
             if len(self._checked) >= 10_000:
                 self._checked.clear()
             try:
-                self._policy.check_url(url)
-                self._checked[url] = None
+                parsed = self._policy.parse(url)
             except TargetRefused as exc:
-                self._checked[url] = exc
-        return self._checked[url]
+                parsed = exc
+            self._checked[url] = parsed
+        return parsed
 
     def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
         timeout = self._timeouts.get(seconds)
@@ -91,20 +134,21 @@ class HttpTarget:
             connector = aiohttp.TCPConnector(
                 limit=self._pool_size,
                 resolver=PolicyResolver(self._policy),
+                socket_factory=guarded_socket_factory(self._policy),
                 ttl_dns_cache=30,
                 enable_cleanup_closed=True,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 headers={"User-Agent": _USER_AGENT},
+                trust_env=False,  # no proxy from the environment: we connect where we checked
             )
         return self._session
 
     async def fire(self, job: ClaimedJob, job_id: str, timeout: float) -> FireResult:
-        url = str(job.target.get("url", ""))
-        refusal = self._refusal(url)
-        if refusal is not None:
-            return FireResult.permanent(str(refusal))
+        url = self._parsed(str(job.target.get("url", "")))
+        if isinstance(url, TargetRefused):
+            return FireResult.permanent(str(url))
         headers: dict[str, Any] = dict(job.target.get("headers") or {})
         headers.update(
             {
@@ -130,6 +174,9 @@ class HttpTarget:
         except TimeoutError:
             return FireResult.retry(f"timed out after {timeout:g} s")
         except (aiohttp.ClientError, OSError) as exc:
+            refusal = _policy_refusal(exc)
+            if refusal is not None:
+                return FireResult.permanent(refusal)
             return FireResult.retry(f"{type(exc).__name__}: {exc}")
         if 200 <= status < 300:
             return FireResult.success()
