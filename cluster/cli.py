@@ -130,7 +130,15 @@ async def _cluster_report(settings: Settings) -> dict[str, Any]:
     from cluster.errors import VakitError
     from cluster.store.postgres import PgStore
 
-    store = PgStore(settings.shards, min_size=0, max_size=2, timeout=settings.connect_timeout)
+    store = PgStore(
+        settings.shards,
+        min_size=0,
+        max_size=2,
+        timeout=settings.connect_timeout,
+        statement_timeout=settings.statement_timeout,
+        idle_in_transaction_timeout=settings.idle_in_transaction_timeout,
+        keepalive_seconds=settings.tcp_keepalive_seconds,
+    )
     await store.open()
     view: ZkClusterView | None = None
     try:

@@ -46,6 +46,26 @@ class Settings(BaseSettings):
     pool_min_size: int = Field(1, ge=0)
     pool_max_size: int = Field(8, ge=1)
     connect_timeout: float = Field(5.0, gt=0, description="Seconds to wait for a connection.")
+    statement_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="PostgreSQL's statement_timeout on every pool connection, in seconds. "
+        "A request to a shard that has not answered after this plus connect_timeout "
+        "(a cut link, a hung server) is abandoned: the API answers 503, the worker "
+        "backs off from that shard alone.",
+    )
+    idle_in_transaction_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="PostgreSQL's idle_in_transaction_session_timeout, in seconds: a "
+        "transaction left open by a process that hung releases its locks.",
+    )
+    tcp_keepalive_seconds: float = Field(
+        10.0,
+        ge=1,
+        description="Idle seconds before TCP keepalive probes on shard connections; a "
+        "link that drops silently is noticed about twice this later.",
+    )
 
     # -- API ---------------------------------------------------------------
     api_tokens: Annotated[dict[str, str], NoDecode] = Field(

@@ -74,12 +74,26 @@ class Overloaded(VakitError):
 
 
 class ShardUnavailable(VakitError):
-    """A shard's database cannot be reached; nothing was written there."""
+    """A shard's database cannot be reached, or did not answer in time.
 
-    def __init__(self, message: str, shard: int, retry_after: int = 2, **fields: Any) -> None:
+    ``maybe_written`` is False when the request never reached the shard
+    (no connection could be had): nothing was written. It is True when the
+    link failed after a statement was sent: a write may have committed, so
+    the same write must not be redone elsewhere (it would happen twice)."""
+
+    def __init__(
+        self,
+        message: str,
+        shard: int,
+        retry_after: int = 2,
+        *,
+        maybe_written: bool = False,
+        **fields: Any,
+    ) -> None:
         super().__init__(message, shard=shard, **fields)
         self.shard = shard
         self.retry_after = retry_after
+        self.maybe_written = maybe_written
 
 
 class CoordinationUnavailable(VakitError):

@@ -124,6 +124,9 @@ async def run_worker(settings: Settings) -> None:
         min_size=settings.pool_min_size,
         max_size=settings.pool_max_size,
         timeout=settings.connect_timeout,
+        statement_timeout=settings.statement_timeout,
+        idle_in_transaction_timeout=settings.idle_in_transaction_timeout,
+        keepalive_seconds=settings.tcp_keepalive_seconds,
         name=f"worker-{worker_id}",
     )
     await store.open()
@@ -191,6 +194,9 @@ def api_app(settings: Settings) -> FastAPI:
         min_size=settings.pool_min_size,
         max_size=settings.pool_max_size,
         timeout=settings.connect_timeout,
+        statement_timeout=settings.statement_timeout,
+        idle_in_transaction_timeout=settings.idle_in_transaction_timeout,
+        keepalive_seconds=settings.tcp_keepalive_seconds,
         name="vakit-api",
     )
     zk = settings.zk

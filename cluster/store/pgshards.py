@@ -8,11 +8,26 @@ backs off), a unique violation a :class:`Conflict` naming its constraint,
 anything else a :class:`StoreError` with the shard and the SQLSTATE. The job
 store (:mod:`.postgres`) and the cron store (:mod:`.postgres_cron`) both
 stand on :class:`PgShards`.
+
+**Bounded waits.** Every connection carries PostgreSQL's
+``statement_timeout`` and ``idle_in_transaction_session_timeout`` and TCP
+keepalives (with ``tcp_user_timeout``), so a statement cannot run forever and
+a link that dies silently is noticed by the kernel. A shard whose link is cut
+while the sockets stay open (a partition behind a proxy, a SIGSTOPped
+server) answers nothing at all, and only the client can end the wait: a
+request to a shard is given ``statement_timeout`` plus ``connect_timeout``,
+and past it its connection is severed (:class:`_Watchdog`), which fails the
+request as :class:`ShardUnavailable` at once and leaves the pool to discard
+that connection. The other shards' pools are untouched.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
+import os
+import socket
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -20,6 +35,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar, cast
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import AsyncRowFactory, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -86,6 +102,58 @@ def translate_errors(shard: int) -> Iterator[None]:
         ) from exc
 
 
+class _Watchdog:
+    """Severs a connection that has not answered by a deadline.
+
+    Cancelling the awaiting task would not do: psycopg then sends a cancel
+    request over a new connection and waits for the server to end the query,
+    up to 10 s more on a link that answers nothing. Shutting the socket down
+    (through a duplicate of its descriptor, which psycopg keeps owning) makes
+    the pending read fail at once with a closed connection, which the pool
+    then discards."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], seconds: float) -> None:
+        self.seconds = seconds
+        self.fired = False
+        self._conn = conn
+        self._handle = asyncio.get_running_loop().call_later(seconds, self._sever)
+
+    def _sever(self) -> None:
+        self.fired = True
+        with contextlib.suppress(Exception):
+            fd = self._conn.pgconn.socket
+            with socket.socket(fileno=os.dup(fd)) as dup:
+                dup.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+def _bounded(
+    dsn: str, statement_timeout: float, idle_in_transaction_timeout: float, keepalive: float
+) -> str:
+    """``dsn`` with the server-side timeouts (appended to any ``options`` it
+    has) and TCP keepalives, all in the startup packet: no round trip."""
+    params = conninfo_to_dict(dsn)
+    ours = (
+        f"-c statement_timeout={int(statement_timeout * 1000)} "
+        f"-c idle_in_transaction_session_timeout={int(idle_in_transaction_timeout * 1000)}"
+    )
+    options = f"{params.get('options') or ''} {ours}".strip()
+    idle = max(1, int(keepalive))
+    interval = max(1, idle // 3)
+    return make_conninfo(
+        dsn,
+        options=options,
+        keepalives=1,
+        keepalives_idle=idle,
+        keepalives_interval=interval,
+        keepalives_count=3,
+        # Data sent and never acknowledged: keepalives do not cover it.
+        tcp_user_timeout=(idle + 3 * interval) * 1000,
+    )
+
+
 def wrap_exceptions(method: M) -> M:
     """:func:`translate_errors` around a store method whose first argument
     after ``self`` is the shard (procrastinate's ``wrap_exceptions``). The
@@ -112,12 +180,19 @@ class PgShards:
         min_size: int = 1,
         max_size: int = 8,
         timeout: float = 5.0,
+        statement_timeout: float = 10.0,
+        idle_in_transaction_timeout: float = 30.0,
+        keepalive_seconds: float = 10.0,
         name: str = "vakit",
     ) -> None:
         if not dsns:
             raise ValueError("at least one shard DSN is needed (VAKIT_SHARDS)")
         self.shard_count = len(dsns)
         self._returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        self._check_timeout = timeout
+        # A server honouring statement_timeout has answered by then; the
+        # rest is for the network.
+        self.request_timeout = statement_timeout + timeout
         self._timers: dict[tuple[int, str], Any] = {}
         self._pool_gauges = [
             tuple(metrics.DB_POOL.labels(str(i), state) for state in ("size", "idle", "waiting"))
@@ -125,7 +200,7 @@ class PgShards:
         ]
         self._pools = [
             AsyncConnectionPool(
-                dsn,
+                _bounded(dsn, statement_timeout, idle_in_transaction_timeout, keepalive_seconds),
                 min_size=min_size,
                 max_size=max_size,
                 timeout=timeout,
@@ -153,7 +228,11 @@ class PgShards:
         last = self._returned.get(conn)
         if last is not None and time.monotonic() - last < _FRESH_SECONDS:
             return
-        await AsyncConnectionPool.check_connection(conn)
+        watchdog = _Watchdog(conn, self._check_timeout)
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        finally:
+            watchdog.cancel()
 
     async def open(self) -> None:
         for pool in self._pools:
@@ -168,12 +247,32 @@ class PgShards:
     @asynccontextmanager
     async def connection(self, shard: int) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A pooled connection to ``shard`` (autocommit); errors raised in the
-        block, by the pool or by a statement, come out translated."""
+        block, by the pool or by a statement, come out translated.
+
+        The block has :attr:`request_timeout` seconds; past it the connection
+        is severed and the block fails with :class:`ShardUnavailable`. That
+        error says ``maybe_written`` when the block had its connection: a
+        statement may have reached the shard."""
         if not 0 <= shard < self.shard_count:
             raise ValueError(f"shard {shard} out of range 0..{self.shard_count - 1}")
-        with translate_errors(shard):
-            async with self._pools[shard].connection() as conn:
-                yield conn
+        watchdog: _Watchdog | None = None
+        try:
+            with translate_errors(shard):
+                async with self._pools[shard].connection() as conn:
+                    watchdog = _Watchdog(conn, self.request_timeout)
+                    try:
+                        yield conn
+                    finally:
+                        watchdog.cancel()
+        except ShardUnavailable as exc:
+            if watchdog is None:
+                raise
+            message = (
+                f"shard {shard} did not answer within {watchdog.seconds:.1f} s"
+                if watchdog.fired
+                else exc.message
+            )
+            raise ShardUnavailable(message, shard=shard, maybe_written=True) from exc
 
     async def fetch(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Run the named query ``name`` on ``shard``; rows as dicts."""

@@ -378,9 +378,11 @@ class Worker:
         """Extend the leases that run out soon; returns how many were lost."""
         return await self.heartbeat.run_once(shard)
 
-    async def _heartbeat_loop(self) -> None:
+    async def _heartbeat_loop(self, shard: int) -> None:
+        # One loop per shard: a shard whose link hangs delays only its own
+        # beats, never the leases held on the others.
         while not self._stopping.is_set():
-            await asyncio.gather(*(self.heartbeat.beat_shard(s) for s in self._shards))
+            await self.heartbeat.beat_shard(shard)
             await self._sleep(self.settings.heartbeat_every)
 
     async def _beat_loop(self) -> None:
@@ -417,7 +419,9 @@ class Worker:
         for shard, state in self._shards.items():
             self._tasks.append(asyncio.create_task(self._claim_loop(shard), name=f"claim-{shard}"))
             self._tasks.append(asyncio.create_task(state.completer.run(), name=f"complete-{shard}"))
-        self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
+            self._tasks.append(
+                asyncio.create_task(self._heartbeat_loop(shard), name=f"heartbeat-{shard}")
+            )
         self._tasks.append(asyncio.create_task(self._beat_loop(), name="beat"))
 
     async def stop(self, grace: float | None = None) -> None:

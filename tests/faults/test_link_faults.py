@@ -1,0 +1,181 @@
+"""Faults of the link between Vakit and one shard, injected with the TCP
+proxy of ``tests/tcpproxy.py`` between the processes and that shard's
+PostgreSQL (the session's servers; the databases are this test's own).
+
+* A partition (:meth:`TcpProxy.blackhole`): packets are dropped, not refused,
+  and every socket stays open, so only the client's own deadline ends a wait.
+  Requests for that shard get a 503 within a bounded time, the other shard
+  keeps serving (API and worker), and nothing is lost when the link heals.
+* An ambiguous commit (:meth:`TcpProxy.drop_after`): the link drops right
+  after the statement that commits a create was forwarded, so the server
+  commits and the API never hears of it. A create is still exactly one job.
+
+Recovery times are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.faults.test_worker_faults import (
+    SHARD_MAP,
+    assert_unavailable,
+    attempt_log,
+    finished,
+    history,
+    hot_rows,
+    key_on,
+    text_id,
+)
+from tests.helpers import wait_for
+from tests.procs import TOKEN, FaultSink, ProcessHarness, running_processes
+from tests.shards import api_body, create_jobs, job_on
+from tests.tcpproxy import TcpProxy
+
+pytestmark = pytest.mark.faults
+
+CUT = 1  # the shard behind the proxy
+UP = 0
+# Short, so a cut link costs seconds: a request gets statement_timeout +
+# connect_timeout before its connection is severed.
+LINK_SETTINGS = {"statement_timeout": "2", "connect_timeout": "1"}
+BOUND = 2 + 1
+
+
+def through(dsn: str, proxy: TcpProxy) -> str:
+    """``dsn`` with the proxy's port instead of the server's."""
+    port = urlsplit(dsn).port
+    return dsn.replace(f":{port}/", f":{proxy.port}/", 1)
+
+
+@pytest.fixture
+def link(shard_dsns: list[str]) -> Iterator[TcpProxy]:
+    """A proxy in front of shard :data:`CUT`."""
+    with TcpProxy("127.0.0.1", int(urlsplit(shard_dsns[CUT]).port or 5432)) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def linked(shard_dsns: list[str], link: TcpProxy, tmp_path: Path) -> Iterator[ProcessHarness]:
+    """Processes that reach shard :data:`CUT` only through :func:`link`."""
+    dsns = list(shard_dsns)
+    dsns[CUT] = through(dsns[CUT], link)
+    with running_processes(dsns, tmp_path) as harness:
+        harness.settings.update(LINK_SETTINGS)
+        yield harness
+
+
+def timed(call: object) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    resp = call() if callable(call) else call
+    assert isinstance(resp, httpx.Response)
+    return resp, time.monotonic() - started
+
+
+def test_partitioned_shard_costs_a_bounded_wait_and_the_other_keeps_serving(
+    shard_dsns: list[str], link: TcpProxy, linked: ProcessHarness, sink: FaultSink
+) -> None:
+    api = linked.api()
+    worker = linked.worker("worker-a")
+    api.wait_ready()
+    worker.wait_ready()
+
+    now = datetime.now(UTC)
+    before = [job_on(SHARD_MAP, s, sink.url, run_at=now - timedelta(seconds=1)) for s in (UP, CUT)]
+    # Fired before the cut and answered during it. The one on the cut shard
+    # cannot beat or write its outcome; the one on the other shard must keep
+    # its lease all along (its heartbeats do not wait for the cut shard's).
+    held_up = job_on(SHARD_MAP, UP, sink.url, payload={"sleep": 6.0}, run_at=now)
+    held_cut = job_on(SHARD_MAP, CUT, sink.url, payload={"sleep": 3.0}, run_at=now)
+    during_up = [job_on(SHARD_MAP, UP, sink.url, run_at=now + timedelta(seconds=d)) for d in (5, 7)]
+    during_cut = [
+        job_on(SHARD_MAP, CUT, sink.url, run_at=now + timedelta(seconds=d)) for d in (5, 7)
+    ]
+    jobs = [*before, held_up, held_cut, *during_up, *during_cut]
+    create_jobs(shard_dsns, jobs)  # straight to the servers, not through the proxy
+    wait_for(lambda: finished(shard_dsns, before) == len(before), timeout=20, what="the first jobs")
+    wait_for(
+        lambda: {text_id(held_up), text_id(held_cut)} <= sink.job_ids(),
+        timeout=20,
+        what="the long jobs to fire",
+    )
+
+    client = httpx.Client(
+        base_url=api.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+    )
+    with client:
+        link.blackhole()
+        cut_at = time.monotonic()
+        [on_cut] = [text_id(p) for p in before if SHARD_MAP.shard_of(p.id) == CUT]
+        [on_up] = [text_id(p) for p in before if SHARD_MAP.shard_of(p.id) == UP]
+        waits = []
+        for _ in range(2):  # a pooled connection, then a new one
+            resp, took = timed(lambda: client.get(f"/api/v1/jobs/{on_cut}"))
+            assert_unavailable(resp, CUT)
+            waits.append(took)
+        body = api_body(sink.url, datetime.now(UTC))
+        resp, took = timed(
+            lambda: client.post(
+                "/api/v1/jobs", json=body, headers={"Idempotency-Key": key_on(CUT, "cut")}
+            )
+        )
+        assert_unavailable(resp, CUT)
+        waits.append(took)
+        # The other shard serves as before.
+        resp = client.get(f"/api/v1/jobs/{on_up}")
+        assert resp.status_code == 200 and resp.json()["status"] == "SUCCEEDED", resp.text
+        up_key = key_on(UP, "up")
+        created = client.post("/api/v1/jobs", json=body, headers={"Idempotency-Key": up_key})
+        assert created.status_code == 201, created.text
+        # The worker keeps firing the shard it reaches, long jobs included.
+        wait_for(
+            lambda: finished(shard_dsns, [*during_up, held_up]) == 3,
+            timeout=20,
+            what="the reachable shard's jobs to finish during the cut",
+        )
+        assert finished(shard_dsns, during_cut) == 0
+        assert attempt_log(shard_dsns, held_up) == [(1, "SUCCEEDED", "worker-a")]
+        assert worker.alive() and api.alive()
+        time.sleep(max(0.0, cut_at + 10 - time.monotonic()))  # the partition is the fault
+
+        link.restore()
+        healed = time.monotonic()
+        wait_for(
+            lambda: client.get(f"/api/v1/jobs/{on_cut}").status_code == 200,
+            timeout=30,
+            what="the API to reach the healed shard",
+        )
+        api_back = time.monotonic() - healed
+        wait_for(lambda: finished(shard_dsns, jobs) == len(jobs), timeout=60, what="every job")
+        jobs_back = time.monotonic() - healed
+        job_id = created.json()["jobId"]
+        wait_for(
+            lambda: client.get(f"/api/v1/jobs/{job_id}").json().get("status") == "SUCCEEDED",
+            timeout=30,
+            what="the job created during the cut",
+        )
+
+    for job_id, found in history(shard_dsns, jobs).items():
+        assert [status for status, _ in found] == ["SUCCEEDED"], (job_id, found)
+    assert hot_rows(shard_dsns) == []
+    # The cut shard's in-flight job: its outcome was written once the link
+    # healed, or its lease ran out and a second attempt succeeded; never two
+    # successes.
+    log = attempt_log(shard_dsns, held_cut)
+    assert log in (
+        [(1, "SUCCEEDED", "worker-a")],
+        [(1, "LEASE_EXPIRED", "worker-a"), (2, "SUCCEEDED", "worker-a")],
+    ), log
+    assert worker.alive() and api.alive()
+    print(
+        f"\npartition of shard {CUT}: API answers for it took {', '.join(f'{w:.2f}' for w in waits)} s "
+        f"(bound {BOUND} s); after the heal the API served it in {api_back:.2f} s and every job "
+        f"was done in {jobs_back:.2f} s; the cut shard's in-flight job: {log}"
+    )
