@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -69,7 +69,12 @@ class Settings(BaseSettings):
 
     # -- API ---------------------------------------------------------------
     api_tokens: Annotated[dict[str, str], NoDecode] = Field(
-        default_factory=dict, description="token=owner_service,…"
+        default_factory=dict, description="Tenant tokens: token=owner_service,…"
+    )
+    operator_tokens: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="Operator tokens: token=name,… An operator reads /api/v1/cluster and "
+        "/metrics and may act for any owner (?owner=); without ?owner= it acts as `name`.",
     )
     api_host: str = "127.0.0.1"
     api_port: int = Field(8080, ge=0, le=65535)
@@ -86,6 +91,13 @@ class Settings(BaseSettings):
     )
     enable_noop_target: bool = Field(False, description="Accept the NOOP target (benchmarks).")
     far_horizon_seconds: float = Field(3600.0, gt=0)
+    api_metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Serve the API process's /metrics (no token) on metrics_host at this "
+        "port; unset: only on the API port, to operator tokens.",
+    )
 
     # -- worker ------------------------------------------------------------
     worker_id: str | None = None
@@ -174,7 +186,7 @@ class Settings(BaseSettings):
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
 
-    @field_validator("api_tokens", "target_limits", mode="before")
+    @field_validator("api_tokens", "operator_tokens", "target_limits", mode="before")
     @classmethod
     def _pairs(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -194,6 +206,13 @@ class Settings(BaseSettings):
             if "/" in item:
                 ipaddress.ip_network(item, strict=False)
         return value
+
+    @model_validator(mode="after")
+    def _one_role_per_token(self) -> Settings:
+        both = self.api_tokens.keys() & self.operator_tokens.keys()
+        if both:
+            raise ValueError("a token is in both api_tokens and operator_tokens; give it one role")
+        return self
 
     @property
     def shard_count(self) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "Conflict",
     "CoordinationUnavailable",
+    "Forbidden",
     "InvalidRequest",
     "NotFound",
     "Overloaded",
@@ -55,6 +56,11 @@ class PayloadTooLarge(InvalidRequest):
 
 class Unauthorized(VakitError):
     """No credentials, or credentials nobody issued."""
+
+
+class Forbidden(VakitError):
+    """Valid credentials that do not allow this (a tenant token on an
+    operator-only view, or acting for another owner)."""
 
 
 class NotFound(VakitError):

@@ -58,7 +58,9 @@ OWNER = "svc"
 # timeouts on purpose: long jobs stay held by heartbeats (every lease / 3).
 FAULT_SETTINGS: dict[str, str] = {
     "allow_private_targets": "true",  # the sink listens on 127.0.0.1
-    "api_tokens": f"{TOKEN}={OWNER}",
+    # An operator's token: the tests read /api/v1/cluster and the API's
+    # /metrics with it, and it acts as OWNER for jobs.
+    "operator_tokens": f"{TOKEN}={OWNER}",
     "lease_seconds": "3",
     "lease_grace_seconds": "1",
     "reaper_interval": "0.5",
@@ -252,7 +254,10 @@ class VakitProcess:
 
     def _get(self, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
         try:
-            with urllib.request.urlopen(self.base_url + path, timeout=timeout) as resp:
+            request = urllib.request.Request(
+                self.base_url + path, headers={"Authorization": f"Bearer {TOKEN}"}
+            )
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
                 return resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()

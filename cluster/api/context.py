@@ -3,28 +3,53 @@
 :class:`ApiContext` holds the settings, the store and cron store contracts,
 the clock, the shard map and the target policy; it lives on
 ``app.state.ctx``. Handlers receive it and the caller's owner through
-``Depends`` (the :data:`Ctx` and :data:`Owner` annotations), so a new
-endpoint is a function that names what it needs.
+``Depends`` (the :data:`Ctx`, :data:`Owner` and :data:`Operator`
+annotations), so a new endpoint is a function that names what it needs.
+
+Tokens have one of two roles. A *tenant* token (``api_tokens``) stands for
+one owner service and sees only its jobs and crons. An *operator* token
+(``operator_tokens``) also reads the operator-only views (``/api/v1/cluster``,
+``/metrics``) and may act for any owner with ``?owner=<service>``; without
+it, it acts as its own name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Query, Request
 
 import shardmap
 from cluster.clock import Clock
 from cluster.config import Settings
 from cluster.coordination.base import ClusterView
-from cluster.errors import InvalidRequest, PayloadTooLarge, Unauthorized
+from cluster.errors import Forbidden, InvalidRequest, PayloadTooLarge, Unauthorized
 from cluster.store.base import CronStore, Store
 from cluster.targets.policy import AddressPolicy, TargetRefused
 
-__all__ = ["ApiContext", "Ctx", "Owner", "get_context", "get_owner"]
+__all__ = [
+    "ApiContext",
+    "Ctx",
+    "Operator",
+    "Owner",
+    "Principal",
+    "get_context",
+    "get_operator",
+    "get_owner",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a token stands for: an owner service (tenant) or an operator."""
+
+    name: str
+    operator: bool = False
 
 
 class ApiContext:
@@ -48,32 +73,56 @@ class ApiContext:
         self.policy = AddressPolicy.from_list(
             settings.http_target_allow, allow_private=settings.allow_private_targets
         )
-        self.tokens = dict(settings.api_tokens)
+        # By the SHA-256 of the token: finding a token is one hash and one
+        # dict lookup whatever the number of tokens, and what a lookup's
+        # timing could reveal is a prefix of a digest, not of a token.
+        self._tokens: dict[bytes, tuple[bytes, Principal]] = {}
+        for role_tokens, operator in ((settings.api_tokens, False), (settings.operator_tokens, True)):
+            for token, name in role_tokens.items():
+                raw = token.encode()
+                self._tokens[hashlib.sha256(raw).digest()] = (raw, Principal(name, operator))
         self._allowed_urls: set[str] = set()
         # Builds the ZooKeeper view of the cluster; None without ZooKeeper.
         self.view_factory = view_factory
         self.view: ClusterView | None = None  # set once the view has connected
+        self.metrics_port: int | None = None  # the port of api_metrics_port's server, once up
         self.latest_schema_version = (
             latest_schema_version
             if latest_schema_version is not None
             else store.latest_schema_version
         )
 
-    def owner_for(self, authorization: str | None) -> str:
+    def principal_for(self, authorization: str | None) -> Principal:
+        """The tenant or operator a bearer token stands for; 401 otherwise."""
         if not authorization:
             raise Unauthorized("missing Authorization header; send 'Authorization: Bearer <token>'")
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("Authorization must be 'Bearer <token>'")
         given = token.strip().encode()
-        owner = None
-        for known, svc in self.tokens.items():
-            # Constant-time compare; a lookup would leak token prefixes by timing.
-            if hmac.compare_digest(known.encode(), given):
-                owner = svc
-        if owner is None:
+        entry = self._tokens.get(hashlib.sha256(given).digest())
+        if entry is None or not hmac.compare_digest(entry[0], given):
             raise Unauthorized("unknown token")
-        return owner
+        return entry[1]
+
+    def owner_for(self, authorization: str | None, acting_for: str | None = None) -> str:
+        """The owner a request acts for: a tenant's own; an operator's
+        ``acting_for`` (the ``owner`` query parameter) or its own name."""
+        who = self.principal_for(authorization)
+        if acting_for is None or acting_for == who.name:
+            return who.name
+        if not who.operator:
+            raise Forbidden("only an operator token may act for another owner (?owner=)")
+        if not 1 <= len(acting_for) <= 64:
+            raise InvalidRequest("owner must be 1 to 64 characters", field="owner")
+        return acting_for
+
+    def operator_for(self, authorization: str | None) -> Principal:
+        """An operator token's principal; 401 without a token, 403 for a tenant's."""
+        who = self.principal_for(authorization)
+        if not who.operator:
+            raise Forbidden("this view needs an operator token")
+        return who
 
     def check_target(self, target: dict[str, Any]) -> None:
         """Targets this deployment refuses are a 422 at create time, not a
@@ -121,12 +170,26 @@ async def get_context(request: Request) -> ApiContext:
 
 
 async def get_owner(
-    request: Request, authorization: str | None = Header(None)
+    request: Request,
+    authorization: str | None = Header(None),
+    owner: str | None = Query(
+        None,
+        description="Operator tokens only: act for this owner service (a tenant token "
+        "may name only its own).",
+    ),
 ) -> str:
-    """The owner service the bearer token stands for; 401 otherwise."""
+    """The owner service the request acts for; 401 without a known token,
+    403 for a tenant naming another owner."""
     ctx: ApiContext = request.app.state.ctx
-    return ctx.owner_for(authorization)
+    return ctx.owner_for(authorization, owner)
+
+
+async def get_operator(request: Request, authorization: str | None = Header(None)) -> Principal:
+    """The operator the bearer token stands for; 401 without one, 403 for a tenant."""
+    ctx: ApiContext = request.app.state.ctx
+    return ctx.operator_for(authorization)
 
 
 Ctx = Annotated[ApiContext, Depends(get_context)]
 Owner = Annotated[str, Depends(get_owner)]
+Operator = Annotated[Principal, Depends(get_operator)]

@@ -194,7 +194,10 @@ class _CreateJobRoute(APIRoute):
                 except ValidationError:
                     return await standard(request)
                 ctx: ApiContext = request.app.state.ctx
-                owner = ctx.owner_for(headers.get("authorization"))
+                # An operator acting for an owner says so in the query string;
+                # the usual create has none, and parses nothing here.
+                acting_for = request.query_params.get("owner") if request.scope["query_string"] else None
+                owner = ctx.owner_for(headers.get("authorization"), acting_for)
                 return await _create_one(ctx, owner, body, headers.get("idempotency-key"))
             return await standard(request)
 

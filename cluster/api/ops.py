@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
-from cluster.api.context import Ctx, Owner
+from cluster.api.context import Ctx, Operator
 from cluster.coordination.report import cluster_status
 from cluster.errors import VakitError
 from cluster.model import WorkersSeenParams
@@ -34,15 +34,18 @@ async def readyz(ctx: Ctx) -> JSONResponse:
 
 
 @router.get("/api/v1/cluster")
-async def cluster_view(ctx: Ctx, owner: Owner) -> dict[str, Any]:
-    """Members, shard owners and leaders, backlog and oldest due age per shard."""
+async def cluster_view(ctx: Ctx, operator: Operator) -> dict[str, Any]:
+    """Members, shard owners and leaders, backlog and oldest due age per shard.
+    Operator tokens only: host names, PIDs and every owner's backlog."""
     # The view connects in the background (app.py); until it has, the
     # report says coordination is unavailable.
     return await cluster_status(ctx.store, ctx.view, coordinated=ctx.view_factory is not None)
 
 
 @router.get("/metrics", include_in_schema=False)
-async def metrics_endpoint() -> Response:
+async def metrics_endpoint(operator: Operator) -> Response:
+    """Prometheus metrics, to operator tokens. ``api_metrics_port`` serves
+    them without a token on an interface of the operator's choosing."""
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -23,6 +23,7 @@ from starlette.responses import Response
 from cluster.errors import (
     Conflict,
     CoordinationUnavailable,
+    Forbidden,
     InvalidRequest,
     NotFound,
     Overloaded,
@@ -66,6 +67,7 @@ PROBLEMS: dict[type[VakitError], ProblemKind] = {
     PayloadTooLarge: ProblemKind(413, "Payload too large"),
     InvalidRequest: ProblemKind(422, "Invalid request"),
     Unauthorized: ProblemKind(401, "Unauthorized"),
+    Forbidden: ProblemKind(403, "Forbidden"),
     NotFound: ProblemKind(404, "Not found"),
     Conflict: ProblemKind(409, "Conflict"),
     Overloaded: ProblemKind(429, "Too many requests"),

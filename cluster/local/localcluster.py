@@ -45,6 +45,7 @@ class LocalCluster:
     shards: int = 2
     workers: int = 2
     api_port: int = 0
+    api_metrics_port: int = 0
     zookeeper: bool = True
     kafka: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -126,7 +127,19 @@ class LocalCluster:
                 self.broker = None
         if not self.api_port:
             self.api_port = find_free_port()
-        self._spawn("api", {**env, "VAKIT_API_PORT": str(self.api_port)})
+        if not self.api_metrics_port:
+            self.api_metrics_port = find_free_port()
+        # The API's /metrics on loopback only, no token (and on the API port
+        # to the operator token).
+        self._spawn(
+            "api",
+            {
+                **env,
+                "VAKIT_API_PORT": str(self.api_port),
+                "VAKIT_METRICS_HOST": env.get("VAKIT_METRICS_HOST", "127.0.0.1"),
+                "VAKIT_API_METRICS_PORT": str(self.api_metrics_port),
+            },
+        )
         for w in range(self.workers):
             port = find_free_port()
             self.worker_ports.append(port)
@@ -140,8 +153,10 @@ class LocalCluster:
         # the shards and a token are this cluster's own.
         env = dict(os.environ)
         env["VAKIT_SHARDS"] = ",".join(self.dsns)
-        tokens = [t for t in [os.environ.get("VAKIT_API_TOKENS", "")] if t]
-        env["VAKIT_API_TOKENS"] = ",".join([*tokens, f"{self.token}=demo"])
+        # The printed token is an operator's (it reads /api/v1/cluster and
+        # /metrics) that acts as the owner service 'demo'.
+        tokens = [t for t in [os.environ.get("VAKIT_OPERATOR_TOKENS", "")] if t]
+        env["VAKIT_OPERATOR_TOKENS"] = ",".join([*tokens, f"{self.token}=demo"])
         # A local cluster fires at local services.
         env.setdefault("VAKIT_ALLOW_PRIVATE_TARGETS", "true")
         env.update(self.extra_env)
@@ -222,7 +237,8 @@ def run_foreground(cluster: LocalCluster, demo: bool) -> int:
         print(
             f"\nVakit is ready in {time.monotonic() - started:.1f} s\n"
             f"  API:       {cluster.api_url}/api/v1   (OpenAPI: {cluster.api_url}/openapi.json)\n"
-            f"  token:     {cluster.token}   (owner service 'demo')\n"
+            f"  token:     {cluster.token}   (an operator token; acts as owner service 'demo')\n"
+            f"  metrics:   http://127.0.0.1:{cluster.api_metrics_port}/metrics   (loopback only)\n"
             f"  shards:    {', '.join(cluster.dsns)}\n"
             f"  ZooKeeper: {cluster.zk.connect_string if cluster.zk else 'off'}\n"
             f"  Kafka:     {cluster.broker.bootstrap if cluster.broker else 'off'}\n"

@@ -20,12 +20,14 @@ pytestmark = pytest.mark.integration
 
 A = {"Authorization": "Bearer token-a"}
 B = {"Authorization": "Bearer token-b"}
+OP = {"Authorization": "Bearer token-op"}
 
 
 def settings_for(dsns: list[str], **over: Any) -> Settings:
     base: dict[str, Any] = {
         "shards": dsns,
         "api_tokens": {"token-a": "svc-a", "token-b": "svc-b"},
+        "operator_tokens": {"token-op": "ops"},
         "http_target_allow": ["hooks.example.com", ".internal.example", "10.1.0.0/16"],
         "max_payload_bytes": 1024,
     }
@@ -273,7 +275,7 @@ async def test_openapi_and_ops_endpoints(api: httpx.AsyncClient) -> None:
     ready = await api.get("/readyz")
     assert ready.status_code == 503  # migrated, but no worker polls yet
     assert all(s["migrated"] and s["workers"] == 0 for s in ready.json()["shards"])
-    metrics = (await api.get("/metrics")).text
+    metrics = (await api.get("/metrics", headers=OP)).text
     assert "vakit_api_requests_total" in metrics
 
 

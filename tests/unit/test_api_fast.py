@@ -39,6 +39,7 @@ from cluster.store.memory_cron import MemCronStore
 
 A = {"Authorization": "Bearer token-a"}
 B = {"Authorization": "Bearer token-b"}
+OP = {"Authorization": "Bearer token-op"}
 PROBLEM = "application/problem+json"
 
 
@@ -46,6 +47,7 @@ def settings(**over: Any) -> Settings:
     base: dict[str, Any] = {
         "shards": ["mem-0", "mem-1"],
         "api_tokens": {"token-a": "svc-a", "token-b": "svc-b"},
+        "operator_tokens": {"token-op": "ops"},
         "http_target_allow": ["hooks.example.com"],
         "max_payload_bytes": 1024,
     }
@@ -384,11 +386,48 @@ async def test_ops_endpoints(api: httpx.AsyncClient) -> None:
     assert (await api.get("/healthz")).json() == {"status": "ok"}
     ready = await api.get("/readyz")
     assert ready.status_code == 503 and all(s["migrated"] and s["workers"] == 0 for s in ready.json()["shards"])
-    status = (await api.get("/api/v1/cluster", headers=A)).json()
+    status = (await api.get("/api/v1/cluster", headers=OP)).json()
     assert status["coordination"] == "static" and [s["shard"] for s in status["shards"]] == [0, 1]
     await api.post("/api/v1/jobs", json=body(), headers=A)
-    metrics = (await api.get("/metrics")).text
+    metrics = (await api.get("/metrics", headers=OP)).text
     assert 'vakit_api_requests_total{method="POST",route="/api/v1/jobs",status="201"}' in metrics
+
+
+# -- roles: tenant and operator tokens ---------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/api/v1/cluster", "/metrics"])
+async def test_operator_views_refuse_tenants_and_strangers(api: httpx.AsyncClient, path: str) -> None:
+    refused = assert_problem(await api.get(path, headers=A), 403)
+    assert "operator" in refused["detail"]
+    assert_problem(await api.get(path), 401)
+    assert_problem(await api.get(path, headers={"Authorization": "Bearer token-a-not"}), 401)
+    assert (await api.get(path, headers=OP)).status_code == 200
+
+
+async def test_an_operator_acts_for_any_owner_and_a_tenant_only_for_its_own(
+    api: httpx.AsyncClient, store: MemStore
+) -> None:
+    # The fast create path and the generic routes read ?owner= alike.
+    made = await api.post("/api/v1/jobs?owner=svc-a", json=body(), headers=OP)
+    assert made.status_code == 201, made.text
+    jid = made.json()["jobId"]
+    assert (await api.get(f"/api/v1/jobs/{jid}", headers=A)).status_code == 200  # svc-a's own
+    assert (await api.get(f"/api/v1/jobs/{jid}?owner=svc-a", headers=OP)).status_code == 200
+    assert_problem(await api.get(f"/api/v1/jobs/{jid}", headers=OP), 404)  # "ops" owns nothing
+    assert (await api.get(f"/api/v1/jobs/{jid}?owner=svc-a", headers=A)).status_code == 200
+    rows = sum(len(s.rows) for s in store._shards)
+    for method, url, payload in (
+        ("POST", "/api/v1/jobs?owner=svc-a", body()),
+        ("POST", "/api/v1/jobs:batch?owner=svc-a", {"jobs": [body()]}),
+        ("GET", f"/api/v1/jobs/{jid}?owner=svc-a", None),
+        ("DELETE", f"/api/v1/jobs/{jid}?owner=svc-a", None),
+        ("GET", "/api/v1/cron-jobs?owner=svc-a", None),
+    ):
+        refused = assert_problem(await api.request(method, url, json=payload, headers=B), 403)
+        assert "operator" in refused["detail"], (method, url)
+    assert sum(len(s.rows) for s in store._shards) == rows  # nothing written
+    assert (await api.get(f"/api/v1/jobs/{jid}", headers=A)).json()["status"] == "SCHEDULED"
 
 
 async def test_cron_batch_computes_each_first_slot_as_a_single_create(api: httpx.AsyncClient) -> None:

@@ -99,6 +99,17 @@ def test_settings_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: object) ->
     assert [str(n) for n in policy.networks] == ["10.0.0.0/8"]
 
 
+def test_token_roles_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Today's VAKIT_API_TOKENS keeps its meaning (tenants); operators have their own list.
+    monkeypatch.setenv("VAKIT_API_TOKENS", "t1=orders")
+    monkeypatch.setenv("VAKIT_OPERATOR_TOKENS", "op1=oncall")
+    s = Settings()
+    assert s.api_tokens == {"t1": "orders"} and s.operator_tokens == {"op1": "oncall"}
+    monkeypatch.setenv("VAKIT_OPERATOR_TOKENS", "t1=oncall")
+    with pytest.raises(ValidationError, match="both api_tokens and operator_tokens"):
+        Settings()
+
+
 def test_settings_from_toml_with_env_winning(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "vakit.toml"
     path.write_text('shards = ["postgresql://a/x"]\nclaim_batch = 250\nlease_seconds = 45\n')
