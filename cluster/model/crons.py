@@ -32,6 +32,14 @@ __all__ = [
 ]
 
 
+def _later(a: datetime | None, b: datetime | None) -> datetime | None:
+    """The later of two optional instants (a cron's folded last success and
+    the successes the fold has not reached yet)."""
+    if a is None or b is None:
+        return a or b
+    return max(a, b)
+
+
 @dataclass(frozen=True)
 class CronRecord:
     id: uuid.UUID
@@ -91,7 +99,7 @@ class CronRecord:
             next_fire_at=row["next_fire_at"],
             fingerprint=row["fingerprint"],
             last_fire_at=row["last_fire_at"],
-            last_success_at=row["last_success_at"],
+            last_success_at=_later(row["last_success_at"], row.get("recent_success_at")),
             missed_count=row["missed_count"],
             skipped_count=row["skipped_count"],
             created_at=row["created_at"],
@@ -227,6 +235,11 @@ class LastSuccessParams:
     cron of a million."""
 
     limit: int = 1000
+    # The PostgreSQL store first folds the history's successes into the
+    # crons (fold_cron_successes): up to this many seconds ago, at most
+    # about this many history rows a call.
+    fold_lag_seconds: float = 30.0
+    fold_limit: int = 50_000
 
 
 @dataclass(frozen=True)

@@ -295,6 +295,11 @@ class PgCronStore:
     async def last_successes(
         self, shard: int, params: LastSuccessParams
     ) -> list[tuple[uuid.UUID, datetime]]:
+        await self.store.fetch(
+            shard,
+            "fold_cron_successes",
+            {"lag": params.fold_lag_seconds, "limit": params.fold_limit},
+        )
         rows = await self.store.fetch_as(shard, "cron_last_success", {"limit": params.limit}, tuple_row)
         return [(cron_id, when) for cron_id, when in rows]
 

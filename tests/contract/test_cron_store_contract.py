@@ -348,6 +348,26 @@ async def test_pending_and_last_success_follow_the_occurrence(ch: CronHarness) -
     assert [r.status for r in runs] == ["SUCCEEDED"]
 
 
+async def test_a_success_shows_before_and_after_it_is_folded(ch: CronHarness) -> None:
+    # Completions do not stamp the cron (PostgreSQL folds the history into
+    # it later): a read shows the success at once, and still after the fold.
+    c = cron(ch, at=-1)
+    await ch.crons.create(0, c)
+    assert c.next_fire_at is not None
+    await write(ch, advance(c, occ(c, c.next_fire_at)))
+    [job] = await ch.store.claim_jobs(0, ClaimParams("w", 10, 30, 0, now=ch.now()))
+    finished = ch.now()
+    done = JobResult(job.lease, Outcome.SUCCEEDED, "w", finished, 0.0)
+    assert await ch.store.finish_jobs(0, FinishParams((done,), now=finished)) == {job.id}
+    assert (await get(ch, c)).last_success_at == finished
+    ch.clock.advance(1)
+    folded = dict(await ch.crons.last_successes(0, LastSuccessParams(fold_lag_seconds=0)))
+    assert folded[c.id] == finished
+    assert (await get(ch, c)).last_success_at == finished
+    # A second fold over the same history changes nothing.
+    assert dict(await ch.crons.last_successes(0, LastSuccessParams(fold_lag_seconds=0)))[c.id] == finished
+
+
 async def test_disabled_crons_leave_the_silent_cron_list(ch: CronHarness) -> None:
     on, off = cron(ch, "on"), cron(ch, "off", enabled=False)
     await ch.crons.create_many(0, [on, off])

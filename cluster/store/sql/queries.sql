@@ -236,8 +236,8 @@ RETURNING j.id;
 -- attempt: SUCCEEDED, FAILED and SKIPPED rows move to history, RETRY rows go
 -- back to SCHEDULED at now + delay. Only rows still held by that attempt are
 -- touched, and only those get an attempt-log row; the ids returned are the
--- writes that counted. A succeeded cron occurrence stamps its cron's
--- last_success_at (the "silent cron" alarm reads it).
+-- writes that counted. A cron's last success is not stamped here (a wide-row
+-- UPDATE per occurrence): fold_cron_successes reads it from the history.
 WITH v AS (
     SELECT * FROM unnest(%(ids)b::uuid[], %(attempts)b::int[], %(outcomes)b::text[],
                          %(errors)b::text[], %(delays)b::float8[], %(started)b::timestamptz[],
@@ -281,12 +281,6 @@ log AS (
            CASE v.outcome WHEN 'RETRY' THEN 'ERROR' WHEN 'FAILED' THEN 'ERROR' ELSE v.outcome END,
            v.error, v.lateness
       FROM v JOIN done ON done.id = v.id AND done.attempt = v.attempt
-),
-cron_success AS (
-    UPDATE cron_jobs c SET last_success_at = coalesce(%(now)s, now())
-      FROM (SELECT DISTINCT cron_id FROM moved
-             WHERE outcome = 'SUCCEEDED' AND cron_id IS NOT NULL) m
-     WHERE c.id = m.cron_id
 )
 SELECT id FROM done;
 
@@ -454,7 +448,13 @@ ON CONFLICT (owner_service, name) DO NOTHING
 RETURNING *;
 
 -- name: get_cron_by_name
-SELECT * FROM cron_jobs WHERE owner_service = %(owner)s AND name = %(name)s;
+SELECT c.*, s.recent_success_at FROM cron_jobs c
+LEFT JOIN LATERAL (
+    SELECT max(h.finished_at) AS recent_success_at
+      FROM job_history h, cron_success_fold f
+     WHERE h.cron_id = c.id AND h.status = 'SUCCEEDED' AND h.finished_at > f.folded_until
+) s ON true
+ WHERE c.owner_service = %(owner)s AND c.name = %(name)s;
 
 -- name: insert_crons
 -- Many definitions in one statement (the batch API, `crons apply`). A name
@@ -499,13 +499,26 @@ SELECT * FROM cron_jobs
  WHERE (owner_service, name) IN (SELECT * FROM unnest(%(owners)b::text[], %(names)b::text[]));
 
 -- name: get_cron
-SELECT * FROM cron_jobs WHERE id = %(id)s AND owner_service = %(owner)s;
+SELECT c.*, s.recent_success_at FROM cron_jobs c
+LEFT JOIN LATERAL (
+    SELECT max(h.finished_at) AS recent_success_at
+      FROM job_history h, cron_success_fold f
+     WHERE h.cron_id = c.id AND h.status = 'SUCCEEDED' AND h.finished_at > f.folded_until
+) s ON true
+ WHERE c.id = %(id)s AND c.owner_service = %(owner)s;
 
 -- name: list_crons
-SELECT * FROM cron_jobs
- WHERE owner_service = %(owner)s AND name > %(after)s
- ORDER BY name
- LIMIT %(limit)s;
+SELECT c.*, s.recent_success_at
+  FROM (SELECT * FROM cron_jobs
+         WHERE owner_service = %(owner)s AND name > %(after)s
+         ORDER BY name
+         LIMIT %(limit)s) c
+LEFT JOIN LATERAL (
+    SELECT max(h.finished_at) AS recent_success_at
+      FROM job_history h, cron_success_fold f
+     WHERE h.cron_id = c.id AND h.status = 'SUCCEEDED' AND h.finished_at > f.folded_until
+) s ON true
+ ORDER BY c.name;
 
 -- name: update_cron
 UPDATE cron_jobs
@@ -734,6 +747,43 @@ SELECT r.id, r.scheduled_for, r.run_at, r.status, r.attempt, r.last_error, r.fin
   ) r
  ORDER BY r.scheduled_for DESC
  LIMIT %(limit)s;
+
+-- name: fold_cron_successes
+-- Fold the history's successes into cron_jobs.last_success_at, up to
+-- %(lag)s seconds ago (a finish that commits later than that is folded with
+-- its cron's next success) and at most about %(limit)s history rows a call
+-- (all rows of the last instant taken, so a slice never splits one), so the
+-- million successes of a midnight wave are folded in slices after it
+-- instead of slowing it down. Reads add what is newer (recent_success_at).
+WITH w AS (
+    SELECT folded_until FROM cron_success_fold FOR UPDATE
+),
+bound AS (
+    SELECT least(
+             coalesce((SELECT h.finished_at FROM job_history h, w
+                        WHERE h.finished_at > w.folded_until
+                          AND h.finished_at <= now() - make_interval(secs => %(lag)s)
+                        ORDER BY h.finished_at OFFSET %(limit)s LIMIT 1),
+                      'infinity'),
+             now() - make_interval(secs => %(lag)s)) AS upto
+),
+s AS (
+    SELECT h.cron_id, max(h.finished_at) AS at
+      FROM job_history h, w, bound
+     WHERE h.finished_at > w.folded_until AND h.finished_at <= bound.upto
+       AND h.status = 'SUCCEEDED' AND h.cron_id IS NOT NULL
+     GROUP BY h.cron_id
+),
+stamped AS (
+    UPDATE cron_jobs c SET last_success_at = s.at
+      FROM s
+     WHERE c.id = s.cron_id AND (c.last_success_at IS NULL OR c.last_success_at < s.at)
+    RETURNING c.id
+)
+UPDATE cron_success_fold f
+   SET folded_until = greatest(f.folded_until, bound.upto)
+  FROM bound
+RETURNING (SELECT count(*) FROM stamped) AS stamped, f.folded_until;
 
 -- name: cron_last_success
 -- A cron that never succeeded counts from its creation, so one that is
