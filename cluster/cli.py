@@ -12,20 +12,44 @@ import click
 
 from cluster.config import Settings, load_settings
 from cluster.logs import setup_logging
+from cluster.store.dsn import mask_dsn, shard_problems
 
 __all__ = ["main"]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _settings(config: str | None) -> Settings:
     try:
         return load_settings(config)
     except Exception as exc:  # pydantic's message names the bad variable
-        raise click.ClickException(f"invalid configuration: {exc}") from exc
+        from pydantic import ValidationError
+
+        if isinstance(exc, ValidationError):
+            errors = "; ".join(
+                f"VAKIT_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
+            )
+            raise click.ClickException(f"invalid configuration: {errors}") from exc
+        raise click.ClickException(f"invalid configuration: {_one_line(exc)}") from exc
 
 
 def _need_shards(settings: Settings) -> None:
-    if not settings.shards:
-        raise click.ClickException("no shards configured: set VAKIT_SHARDS (DSNs in shard order)")
+    problems = shard_problems(settings.shards)
+    if problems:
+        raise click.ClickException("; ".join(problems))
+
+
+def _check_layout(settings: Settings) -> None:
+    """Refuse to run on a shard list that differs from the cluster's."""
+    from cluster.store.layout import LayoutError, check_layout
+
+    try:
+        check_layout(settings.shards, settings.connect_timeout)
+    except LayoutError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @click.group()
@@ -47,6 +71,15 @@ def up(
 ) -> None:
     """Run a whole local cluster in the foreground (Ctrl-C stops it all)."""
     from cluster.local.localcluster import LocalCluster, _port_free, run_foreground
+    from cluster.local.pgserver import PgServerError
+    from cluster.local.zkserver import DEFAULT_ZK_JAR, zookeeper_available
+
+    if zookeeper and not zookeeper_available():
+        raise click.ClickException(
+            f"ZooKeeper is not installed (need `java` and {DEFAULT_ZK_JAR}): "
+            "run `apt-get install zookeeper default-jre-headless` (make setup does), "
+            "set VAKIT_ZOOKEEPER_JAR to a zookeeper.jar, or start with `vakit up --no-zookeeper`"
+        )
 
     if api_port and not _port_free(api_port):
         click.echo(f"port {api_port} is taken; picking a free one", err=True)
@@ -59,7 +92,13 @@ def up(
         zookeeper=zookeeper,
         kafka=kafka,
     )
-    sys.exit(run_foreground(cluster, demo))
+    try:
+        code = run_foreground(cluster, demo)
+    except (PgServerError, RuntimeError, OSError, TimeoutError) as exc:
+        raise click.ClickException(
+            f"{_one_line(exc)} (logs in {Path(data_dir).resolve()})"
+        ) from exc
+    sys.exit(code)
 
 
 @main.command()
@@ -69,6 +108,7 @@ def api(config: str | None) -> None:
     settings = _settings(config)
     _need_shards(settings)
     setup_logging("api")
+    _check_layout(settings)
     from cluster.service import run_api
 
     run_api(settings)
@@ -81,6 +121,7 @@ def worker(config: str | None) -> None:
     settings = _settings(config)
     _need_shards(settings)
     setup_logging("worker")
+    _check_layout(settings)
     from cluster.service import run_worker
 
     asyncio.run(run_worker(settings))
@@ -92,11 +133,21 @@ def migrate(config: str | None) -> None:
     """Bring every shard's schema up to date (idempotent)."""
     settings = _settings(config)
     _need_shards(settings)
+    import psycopg
+
     from cluster.store.migrate import migrate_shard
 
     for shard, dsn in enumerate(settings.shards):
-        applied = migrate_shard(dsn, shard)
+        try:
+            applied = migrate_shard(dsn, shard)
+        except psycopg.Error as exc:
+            raise click.ClickException(
+                f"shard {shard} ({mask_dsn(dsn)}): {_one_line(exc)}; check VAKIT_SHARDS "
+                "(host, port, dbname, user) and that the server is up"
+            ) from exc
         click.echo(f"shard {shard}: " + (f"applied {applied}" if applied else "up to date"))
+    # A fresh cluster gets its layout now; an existing one is checked.
+    _check_layout(settings)
 
 
 @main.command()
@@ -106,9 +157,23 @@ def status(config: str | None, as_json: bool) -> None:
     """Members, shard owners and leaders, and backlog per shard."""
     settings = _settings(config)
     _need_shards(settings)
+    import logging
+
+    # The pool logs each failed reconnect; the report below says it once.
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     report = asyncio.run(_cluster_report(settings))
+    failing = [s for s in report["shards"] if s.get("error")]
+    if failing:
+        from cluster.store.layout import read_layout
+
+        for s in failing:  # the pool says "PoolTimeout"; a direct connect says why
+            place = read_layout([settings.shards[s["shard"]]], settings.connect_timeout)[0]
+            if place.error:
+                s["error"] = place.error
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
+        if failing:
+            sys.exit(1)
         return
     click.echo(f"members ({len(report['members'])}):")
     for m in report["members"]:
@@ -120,6 +185,62 @@ def status(config: str | None, as_json: bool) -> None:
             f"{s['shard']:>5}  {s['leader'] or '-'!s:<28} {s['backlog'] if s['backlog'] is not None else '?'!s:>8} "
             f"{(f'{age:.1f}s' if age is not None else '?'):>11}  {', '.join(s['owners']) or '-'}"
         )
+    if failing:
+        raise click.ClickException(
+            "; ".join(f"shard {s['shard']} unreachable: {s['error']}" for s in failing)
+            + "; check VAKIT_SHARDS and that those servers are up"
+        )
+
+
+@main.group()
+def config() -> None:
+    """Check the configuration before starting anything."""
+
+
+@config.command("check")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="TOML file.")
+@click.option("--offline", is_flag=True, help="Do not connect to the shards.")
+def config_check(config_file: str | None, offline: bool) -> None:
+    """Validate the settings and each shard: DSN, reachable, migrated, its place.
+
+    Exits non-zero, one line per problem, when anything would stop a process
+    or route ids to the wrong shard."""
+    settings = _settings(config_file)
+    problems = shard_problems(settings.shards)
+    click.echo(f"settings: ok ({len(settings.model_fields_set)} set explicitly)")
+    click.echo(f"api tokens: {len(settings.api_tokens)} owner service(s)")
+    click.echo(f"zookeeper: {settings.zk or 'off (static coordination: one worker per shard list)'}")
+    click.echo(f"shards: {len(settings.shards)}")
+    if not problems and not offline:
+        from cluster.store.layout import layout_problems, read_layout
+        from cluster.store.migrate import LATEST_VERSION
+
+        places = read_layout(settings.shards, settings.connect_timeout)
+        for p in places:
+            if not p.reachable:
+                state = f"UNREACHABLE: {p.error}"
+                problems.append(f"shard {p.position} ({mask_dsn(p.dsn)}) unreachable: {p.error}")
+            elif not p.migrated:
+                state = "reachable, NOT MIGRATED"
+                problems.append(f"shard {p.position} not migrated: run `vakit migrate`")
+            elif (p.schema_version or 0) < LATEST_VERSION:
+                state = f"reachable, schema v{p.schema_version} of v{LATEST_VERSION}"
+                problems.append(f"shard {p.position} is at schema v{p.schema_version}: run `vakit migrate`")
+            elif p.fingerprint is None:
+                state = "reachable, migrated, no layout yet (the first process registers it)"
+            else:
+                state = (
+                    f"reachable, migrated (v{LATEST_VERSION}), shard {p.shard_index} of "
+                    f"{p.shard_count}, layout {p.fingerprint}"
+                )
+            click.echo(f"  {p.position}: {mask_dsn(p.dsn)}  {state}")
+        problems.extend(layout_problems(places))
+    else:
+        for i, dsn in enumerate(settings.shards):
+            click.echo(f"  {i}: {mask_dsn(dsn)}")
+    if problems:
+        raise click.ClickException("; ".join(problems))
+    click.echo("configuration OK")
 
 
 async def _cluster_report(settings: Settings) -> dict[str, Any]:

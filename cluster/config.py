@@ -22,8 +22,21 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-__all__ = ["Settings", "load_settings"]
+__all__ = ["Settings", "load_settings", "split_shards"]
 
+
+def split_shards(value: Any) -> Any:
+    """A shard list: a JSON or TOML list, or a string split on commas and
+    newlines only. Spaces belong to a DSN (``host=a port=1 dbname=x`` is one
+    shard); a DSN that itself holds a comma (several hosts) goes in a list."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.replace("\n", ",").split(",") if part.strip()]
+    if isinstance(value, list | tuple):
+        return [str(part).strip() for part in value]
+    return value
 
 
 def _split_list(value: Any) -> Any:
@@ -41,7 +54,9 @@ class Settings(BaseSettings):
 
     # -- shards and pools -------------------------------------------------
     shards: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="PostgreSQL DSNs, in shard order."
+        default_factory=list,
+        description="PostgreSQL DSNs, in shard order: a list, or one string split on commas "
+        "and newlines (each DSN is checked by cluster.store.dsn when a process starts).",
     )
     pool_min_size: int = Field(1, ge=0)
     pool_max_size: int = Field(8, ge=1)
@@ -181,7 +196,12 @@ class Settings(BaseSettings):
     # -- housekeeping -------------------------------------------------------
     history_retention_days: int = Field(30, ge=1)
 
-    @field_validator("shards", "http_target_allow", mode="before")
+    @field_validator("shards", mode="before")
+    @classmethod
+    def _shards(cls, value: Any) -> Any:
+        return split_shards(value)
+
+    @field_validator("http_target_allow", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cluster.local.childproc import find_free_port
 
-__all__ = ["PgServer", "pg_bin"]
+__all__ = ["PgServer", "PgServerError", "pg_bin", "untraversable_parent"]
 
 _DEFAULT_BIN = "/usr/lib/postgresql/15/bin"
 
@@ -37,6 +37,24 @@ def pg_bin(name: str) -> str:
 
 def _as_postgres() -> list[str]:
     return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+
+class PgServerError(RuntimeError):
+    """initdb or pg_ctl failed; the first line says why, with the fix when known."""
+
+
+def untraversable_parent(path: Path) -> Path | None:
+    """The first existing ancestor of ``path`` that the ``postgres`` user cannot
+    enter (only when we run as root and hand the directory over to it)."""
+    if os.geteuid() != 0:
+        return None
+    for parent in reversed(path.resolve().parents):
+        if not parent.exists():
+            break
+        probe = subprocess.run([*_as_postgres(), "test", "-x", str(parent)], check=False)
+        if probe.returncode != 0:
+            return parent
+    return None
 
 
 class PgServer:
@@ -77,7 +95,7 @@ class PgServer:
         if os.geteuid() == 0:
             shutil.chown(self.data_dir, "postgres", "postgres")
         self.data_dir.chmod(0o700)
-        self._run(
+        result = self._run(
             pg_bin("initdb"),
             "-D", str(self.data_dir),
             "-U", "postgres",
@@ -85,7 +103,20 @@ class PgServer:
             "-E", "UTF8",
             "--locale=C.UTF-8",
             "--no-instructions",
+            check=False,
         )  # fmt: skip
+        if result.returncode != 0:
+            lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+            said = next((ln for ln in lines if "initdb:" in ln), lines[0] if lines else "failed")
+            fix = ""
+            blocked = untraversable_parent(self.data_dir)
+            if blocked is not None:
+                fix = (
+                    f"; PostgreSQL runs as the postgres user, which cannot enter {blocked} "
+                    f"(mode {blocked.stat().st_mode & 0o777:o}): choose a data directory under "
+                    f"one it can (e.g. --data-dir /var/tmp/vakit) or `chmod o+x {blocked}`"
+                )
+            raise PgServerError(f"{said.strip()}{fix}")
 
     def _options(self) -> str:
         settings = {
@@ -117,7 +148,7 @@ class PgServer:
             check=False,
         )  # fmt: skip
         if result.returncode != 0:
-            raise RuntimeError(
+            raise PgServerError(
                 f"PostgreSQL in {self.data_dir} did not start on port {self.port}: "
                 f"{result.stderr.strip()}\n--- log tail ---\n{self.log_tail()}"
             )

@@ -794,3 +794,14 @@ SELECT id, coalesce(last_success_at, created_at) AS last_success_at
   FROM cron_jobs WHERE enabled
  ORDER BY 2
  LIMIT %(limit)s;
+
+-- name: layout_read
+-- This database's place in the cluster (cluster/store/layout.py); no row before
+-- the first process registered the shard list.
+SELECT shard_uuid::text, shard_index, shard_count, fingerprint
+FROM cluster_layout;
+
+-- name: layout_claim
+INSERT INTO cluster_layout (shard_uuid, shard_index, shard_count, fingerprint)
+VALUES (%(shard_uuid)s, %(shard_index)s, %(shard_count)s, %(fingerprint)s)
+ON CONFLICT (singleton) DO NOTHING;
