@@ -24,6 +24,7 @@ from cluster.leader.loop import LeaderLoop
 from cluster.leader.materializer import Materializer
 from cluster.leader.mover import Mover
 from cluster.leader.reaper import Reaper
+from cluster.looplag import watch_event_loop
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
 from cluster.targets import Target
@@ -136,6 +137,7 @@ async def run_worker(settings: Settings) -> None:
     targets = build_targets(settings)
     worker = Worker(settings, store, coordinator, targets, worker_id=worker_id)
     tune_gc()
+    lag = asyncio.create_task(watch_event_loop())
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -178,6 +180,7 @@ async def run_worker(settings: Settings) -> None:
     for target in targets.values():
         await target.close()
     await asyncio.to_thread(coordinator.stop)
+    lag.cancel()
     await runner.cleanup()
     await store.close()
     log.info("worker stopped", extra={"worker_id": worker_id, "seconds": time.monotonic() - started})

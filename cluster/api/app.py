@@ -33,6 +33,7 @@ from cluster.clock import Clock, SystemClock
 from cluster.config import Settings
 from cluster.coordination.base import ClusterView
 from cluster.errors import Overloaded, PayloadTooLarge, VakitError
+from cluster.looplag import watch_event_loop
 from cluster.store.base import CronStore, Store
 
 __all__ = ["ApiContext", "create_app"]
@@ -70,9 +71,11 @@ def create_app(
         await store.open()
         connecting = asyncio.create_task(_connect_view(ctx)) if view_factory else None
         metrics_server = _serve_metrics(settings, ctx)
+        lag = asyncio.create_task(watch_event_loop())
         try:
             yield
         finally:
+            lag.cancel()
             if metrics_server is not None:
                 metrics_server.shutdown()
                 metrics_server.server_close()

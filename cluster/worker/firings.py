@@ -30,7 +30,8 @@ class FiringMetrics:
     def __init__(self, hold_back: Callable[[], bool]) -> None:
         self._hold_back = hold_back
         self._started: list[tuple[int, str, float]] = []
-        self._fired: list[tuple[ClaimedJob, FireResult]] = []
+        self._fired: list[tuple[ClaimedJob, FireResult, float]] = []
+        self._call_children: dict[tuple[str, str], Any] = {}
         self._due = False
         self._lateness_children: dict[tuple[int, str], Any] = {}
         self._target_children: dict[tuple[str, str], Any] = {}
@@ -40,8 +41,9 @@ class FiringMetrics:
         self._started.append((shard, kind, lateness))
         self.soon()
 
-    def note_fired(self, job: ClaimedJob, result: FireResult) -> None:
-        self._fired.append((job, result))
+    def note_fired(self, job: ClaimedJob, result: FireResult, seconds: float = 0.0) -> None:
+        """``seconds``: how long the call to the target took."""
+        self._fired.append((job, result, seconds))
         self.soon()
 
     def soon(self) -> None:
@@ -57,8 +59,8 @@ class FiringMetrics:
         fired, self._fired = self._fired, []
         for shard, kind, lateness in started:
             self._lateness(shard, kind).observe(max(0.0, lateness))
-        for job, result in fired:
-            self._count(job, result)
+        for job, result, seconds in fired:
+            self._count(job, result, seconds)
 
     def _lateness(self, shard: int, kind: str) -> Any:
         # labels() costs a dict lookup and string work per call; a wave calls
@@ -69,11 +71,16 @@ class FiringMetrics:
             child = self._lateness_children[key] = metrics.START_LATENESS.labels(str(shard), kind)
         return child
 
-    def _count(self, job: ClaimedJob, result: FireResult) -> None:
-        """The per-target error rate the on-call watches; children cached, as
-        the target key parses a URL."""
+    def _count(self, job: ClaimedJob, result: FireResult, seconds: float = 0.0) -> None:
+        """The per-target error rate the on-call watches, and the call's
+        duration by target kind; children cached, as the target key parses a URL."""
         url = str(job.target.get("url") or job.target.get("topic") or job.target_kind)
         outcome = "ok" if result.ok else ("retry" if result.retryable else "rejected")
+        call = self._call_children.get((job.target_kind, outcome))
+        if call is None:
+            call = metrics.TARGET_CALL_SECONDS.labels(job.target_kind, outcome)
+            self._call_children[(job.target_kind, outcome)] = call
+        call.observe(seconds)
         child = self._target_children.get((url, outcome))
         if child is None:
             if len(self._target_children) > 10_000:

@@ -315,6 +315,7 @@ class Worker:
         self._metrics.note_start(shard, kind, lateness)
         entry.fired = True
         target = self.targets.get(kind)
+        called = time.perf_counter()
         if target is None:
             result = FireResult.permanent(f"no target of kind {kind!r} here")
         else:
@@ -331,7 +332,7 @@ class Worker:
             except Exception as exc:  # a target bug must not kill the worker
                 log.exception("target raised", extra=log_fields(entry))
                 result = FireResult.retry(f"{type(exc).__name__}: {exc}")
-        self._metrics.note_fired(job, result)
+        self._metrics.note_fired(job, result, time.perf_counter() - called)
         return self._result_for(entry, result, started, lateness)
 
     def _result_for(

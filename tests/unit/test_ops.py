@@ -15,11 +15,13 @@ scalars, flow lists). Where PyYAML is installed the two are compared.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -812,3 +814,47 @@ def test_systemd_units(name: str) -> None:
         (timeout,) = unit["TimeoutStopSec"]
         assert float(timeout) > grace + 10, "TimeoutStopSec must outlast the worker's stop grace"
         assert env["VAKIT_METRICS_PORT"] == "%i" and env["VAKIT_METRICS_HOST"] == "0.0.0.0"
+
+
+# -- PrometheusRule and KEDA -----------------------------------------------------
+
+
+def test_prometheusrule_is_the_rule_files() -> None:
+    """The manifest holds the rule files' groups verbatim and is regenerated
+    by ops/prometheus/to_prometheusrule.py (the failure says how)."""
+    path = K8S / "prometheusrule.yaml"
+    script = PROM / "to_prometheusrule.py"
+    rendered = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=True
+    ).stdout
+    assert path.read_text() == rendered, (
+        f"{path.name} is stale: python3 {script.relative_to(ROOT)} > {path.relative_to(ROOT)}"
+    )
+    doc = load_yaml(path)
+    assert doc["kind"] == "PrometheusRule" and doc["apiVersion"] == "monitoring.coreos.com/v1"
+    expected = [g for f in RULE_FILES for g in load_yaml(f)["groups"]]
+    assert doc["spec"]["groups"] == expected
+
+
+def test_keda_scales_the_workers_on_a_recorded_backlog() -> None:
+    (doc,) = load_yaml_all(K8S / "keda-scaledobject.yaml")
+    assert doc["kind"] == "ScaledObject"
+    target = doc["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) in _manifests(), "scales a Deployment that exists"
+    assert (target["kind"], target["name"]) == ("Deployment", "vakit-worker")
+    assert 1 <= doc["spec"]["minReplicaCount"] <= doc["spec"]["maxReplicaCount"]
+    (trigger,) = doc["spec"]["triggers"]
+    assert trigger["type"] == "prometheus"
+    query = trigger["metadata"]["query"]
+    problems = _check_expr("keda", query, exported_series(), _records())
+    assert not problems, problems
+    assert "vakit:due_unclaimed_jobs:max" in query  # the leader-filtered backlog
+    assert float(trigger["metadata"]["threshold"]) > 0
+
+
+def test_lateness_buckets_read_a_large_waves_tail() -> None:
+    """Between 1 s and 60 s, neighbouring buckets are at most 1.5x apart, so a
+    p99 in that range is read to within a third of its value."""
+    bounds = [b for b in cluster.metrics.START_LATENESS._upper_bounds if 1 <= b <= 60]
+    assert bounds[0] == 1 and bounds[-1] == 60
+    assert all(hi / lo <= 1.5 for lo, hi in itertools.pairwise(bounds)), bounds
