@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, PlainValidator, model_validator
+from pydantic import BaseModel, Field, PlainValidator, field_validator, model_validator
 
-from cluster.api.schemas import MAX_BATCH, ProblemOut, TargetIn, UtcDatetime, _Strict
+from cluster.api.schemas import (
+    MAX_BATCH,
+    ProblemOut,
+    Rfc3339,
+    TargetIn,
+    UtcDatetime,
+    _Strict,
+    parse_rfc3339,
+)
 
 __all__ = [
     "BatchCreateCronsIn",
@@ -25,13 +33,47 @@ __all__ = [
 
 Misfire = Literal["RUN_ALL", "RUN_ONCE", "SKIP"]
 Concurrency = Literal["ALLOW", "FORBID", "REPLACE"]
+MonthEnd = Literal["SKIP", "CLAMP"]
+Dst = Literal["CRONIE", "SKIP", "BOTH"]
 _NAME = r"^[A-Za-z0-9_.:-]+$"
+_ZONE_DOC = (
+    "IANA zone the schedule is read in, e.g. 'Europe/Istanbul'. Required: a "
+    "schedule's zone is written, never defaulted (a server default is whatever "
+    "zone the operator happened to pick)."
+)
+_MONTH_END_DOC = (
+    "Days 29-31 in a month without them: SKIP (cron's rule: no firing that "
+    "month) or CLAMP (fire on the month's last day)."
+)
+_DST_DOC = (
+    "Fixed-time slots at DST changes: CRONIE (a slot in a gap fires once at "
+    "the gap's end, a slot in an overlap only the first time), SKIP (a slot "
+    "in a gap does not fire), BOTH (a slot in an overlap fires both times)."
+)
 
 
-class CreateCronIn(_Strict):
+class _Bounds(_Strict):
+    """startAt, endAt, maxRuns: the same checks on create and on change."""
+
+    @field_validator("startAt", "endAt", check_fields=False)
+    @classmethod
+    def _instant(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_rfc3339(value, "time")
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> _Bounds:
+        start, end = getattr(self, "startAt", None), getattr(self, "endAt", None)
+        if start is not None and end is not None and parse_rfc3339(start) > parse_rfc3339(end):
+            raise ValueError("startAt must not be after endAt")
+        return self
+
+
+class CreateCronIn(_Bounds):
     name: str = Field(min_length=1, max_length=128, pattern=_NAME)
     schedule: str = Field(min_length=1, max_length=200, description="5-field cron, @macro, 'every 15m' or 'every 15m fixed-delay'.")
-    timeZone: str = Field("UTC", min_length=1, max_length=64)
+    timeZone: str = Field(min_length=1, max_length=64, description=_ZONE_DOC)
     type: str | None = Field(None, min_length=1, max_length=64, pattern=_NAME)
     target: TargetIn
     payload: Any = None
@@ -42,9 +84,14 @@ class CreateCronIn(_Strict):
     timeoutSeconds: int = Field(60, ge=1, le=86400)
     startingDeadlineSeconds: int | None = Field(None, ge=1, le=7 * 86400)
     enabled: bool = True
+    monthEndPolicy: MonthEnd = Field("SKIP", description=_MONTH_END_DOC)
+    dstPolicy: Dst = Field("CRONIE", description=_DST_DOC)
+    startAt: Rfc3339 | None = Field(None, description="No slot before this instant.")
+    endAt: Rfc3339 | None = Field(None, description="No slot after this instant.")
+    maxRuns: int | None = Field(None, ge=1, description="At most this many occurrences by the schedule (manual triggers not counted).")
 
 
-class PatchCronIn(_Strict):
+class PatchCronIn(_Bounds):
     schedule: str | None = Field(None, min_length=1, max_length=200)
     timeZone: str | None = Field(None, min_length=1, max_length=64)
     type: str | None = Field(None, min_length=1, max_length=64, pattern=_NAME)
@@ -57,6 +104,11 @@ class PatchCronIn(_Strict):
     timeoutSeconds: int | None = Field(None, ge=1, le=86400)
     startingDeadlineSeconds: int | None = Field(None, ge=1, le=7 * 86400)
     enabled: bool | None = None
+    monthEndPolicy: MonthEnd | None = None
+    dstPolicy: Dst | None = None
+    startAt: Rfc3339 | None = Field(None, description="null removes the bound.")
+    endAt: Rfc3339 | None = Field(None, description="null removes the bound.")
+    maxRuns: int | None = Field(None, ge=1, description="null removes the bound.")
 
     @model_validator(mode="after")
     def _no_null_for_required(self) -> PatchCronIn:
@@ -68,7 +120,7 @@ class PatchCronIn(_Strict):
         return self
 
 
-_NULLABLE = {"payload", "startingDeadlineSeconds"}
+_NULLABLE = {"payload", "startingDeadlineSeconds", "startAt", "endAt", "maxRuns"}
 
 
 class CronOut(BaseModel):
@@ -87,6 +139,12 @@ class CronOut(BaseModel):
     timeoutSeconds: int
     startingDeadlineSeconds: int | None
     enabled: bool
+    monthEndPolicy: str
+    dstPolicy: str
+    startAt: UtcDatetime | None
+    endAt: UtcDatetime | None
+    maxRuns: int | None
+    runCount: int = Field(description="Occurrences the schedule made (manual triggers not counted).")
     shard: int
     nextFireAt: UtcDatetime | None
     lastFireAt: UtcDatetime | None
@@ -110,6 +168,9 @@ class FireOut(BaseModel):
 
 class PreviewOut(BaseModel):
     fires: list[FireOut]
+    end: str | None = Field(None, description="Why fewer fires than asked: endAt or maxRuns reached.")
+    monthEndPolicy: str = "SKIP"
+    dstPolicy: str = "CRONIE"
 
 
 class RunOut(BaseModel):

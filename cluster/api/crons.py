@@ -33,7 +33,7 @@ from cluster.api.cron_schemas import (
 )
 from cluster.api.schemas import parse_rfc3339
 from cluster.clock import utc
-from cluster.cron.plan import cron_slot, schedule_of
+from cluster.cron.plan import cron_slot, first_slot, schedule_of
 from cluster.cron.schedule import parse_schedule
 from cluster.errors import Conflict, InvalidRequest, NotFound, VakitError
 from cluster.model import (
@@ -57,8 +57,20 @@ _DEFINING = (
 )  # fmt: skip
 
 
+# Fields added later count only when set: a cron defined before them keeps
+# its fingerprint, so repeating its create is still a 200, not a 409.
+_OPTIONAL_DEFAULTS: dict[str, Any] = {
+    "month_end_policy": "SKIP", "dst_policy": "CRONIE", "start_at": None, "end_at": None,
+    "max_runs": None,
+}  # fmt: skip
+
+
 def definition_fingerprint(values: dict[str, Any]) -> str:
-    canonical = json.dumps({k: values[k] for k in _DEFINING}, sort_keys=True, default=str)
+    defining = {k: values[k] for k in _DEFINING}
+    for key, default in _OPTIONAL_DEFAULTS.items():
+        if values.get(key, default) != default:
+            defining[key] = values[key]
+    canonical = json.dumps(defining, sort_keys=True, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -79,6 +91,12 @@ def cron_out(c: CronRecord, shard: int) -> CronOut:
         timeoutSeconds=c.timeout_seconds,
         startingDeadlineSeconds=c.starting_deadline_seconds,
         enabled=c.enabled,
+        monthEndPolicy=c.month_end_policy,
+        dstPolicy=c.dst_policy,
+        startAt=c.start_at,
+        endAt=c.end_at,
+        maxRuns=c.max_runs,
+        runCount=c.run_count,
         shard=shard,
         nextFireAt=c.next_fire_at,
         lastFireAt=c.last_fire_at,
@@ -98,10 +116,10 @@ def _parse_id(ctx: ApiContext, text: str) -> tuple[uuid.UUID, int]:
     return value, ctx.shards.shard_of(value)
 
 
-# A batch's first slots, by (expression, zone): its crons share a few
-# schedules, and parsing one and finding its next slot was most of a cron's
-# cost. Made per batch: `now` is the batch's.
-_FirstSlots = dict[tuple[str, str], tuple[str, datetime]]
+# A batch's first slots, by (expression, zone, policies): its crons share a
+# few schedules, and parsing one and finding its next slot was most of a
+# cron's cost. Made per batch: `now` is the batch's.
+_FirstSlots = dict[tuple[str, str, str, str], tuple[str, datetime | None]]
 
 
 def _build(
@@ -112,16 +130,28 @@ def _build(
     name: str,
     now: datetime,
     first_slots: _FirstSlots | None = None,
+    *,
+    may_end: bool = False,
 ) -> CronRecord:
     """A definition from its values, checked: target policy, payload size,
-    a schedule that parses and fires again."""
+    a schedule that parses and fires again (within its bounds, unless
+    ``may_end``: a change may end a cron)."""
     ctx.check_target(values["target"])
     ctx.check_payload(values["payload"])
     expression, zone = values["schedule"], values["time_zone"]
+    month_end, dst = values["month_end_policy"], values["dst_policy"]
+    start_at, end_at = values["start_at"], values["end_at"]
     # Jenkins' H fields read the seed (the cron's id): such a schedule is its
     # own. Any "h" at all is taken for one; a false alarm only costs a parse.
-    shared = first_slots is not None and "h" not in expression.lower()
-    known = first_slots.get((expression, zone)) if first_slots is not None and shared else None
+    # Bounds make a cron's first slot its own too.
+    shared = (
+        first_slots is not None
+        and "h" not in expression.lower()
+        and start_at is None
+        and end_at is None
+    )
+    key = (expression, zone, month_end, dst)
+    known = first_slots.get(key) if first_slots is not None and shared else None
     if known is None:
         schedule = parse_schedule(
             expression,
@@ -129,13 +159,19 @@ def _build(
             seed=shardmap.encode_id("cron", cron_id),
             min_interval=timedelta(seconds=ctx.settings.cron_min_interval_seconds),
             anchor=_ANCHOR,
+            month_end=month_end,
+            dst=dst,
         )
-        fire = schedule.next_fire(now)
-        if fire is None:
+        first_at = first_slot(schedule, now, start_at, end_at)
+        if first_at is None and not may_end:
+            if end_at is not None:
+                raise InvalidRequest(
+                    "the schedule has no slot between now (or startAt) and endAt", field="endAt"
+                )
             raise InvalidRequest("schedule never fires again", field="schedule")
-        known = (schedule.kind, fire.scheduled_for)
+        known = (schedule.kind, first_at)
         if first_slots is not None and shared:
-            first_slots[(expression, zone)] = known
+            first_slots[key] = known
     kind, first = known
     return CronRecord(
         id=cron_id,
@@ -157,6 +193,11 @@ def _build(
         anchor=_ANCHOR,
         next_fire_at=first,
         fingerprint=definition_fingerprint(values),
+        month_end_policy=month_end,
+        dst_policy=dst,
+        start_at=start_at,
+        end_at=end_at,
+        max_runs=values["max_runs"],
     )
 
 
@@ -174,7 +215,16 @@ def _values(body: CreateCronIn) -> dict[str, Any]:
         "timeout_seconds": body.timeoutSeconds,
         "starting_deadline_seconds": body.startingDeadlineSeconds,
         "enabled": body.enabled,
+        "month_end_policy": body.monthEndPolicy,
+        "dst_policy": body.dstPolicy,
+        "start_at": _instant(body.startAt),
+        "end_at": _instant(body.endAt),
+        "max_runs": body.maxRuns,
     }
+
+
+def _instant(text: str | None) -> datetime | None:
+    return None if text is None else utc(parse_rfc3339(text))
 
 
 def _new_cron(
@@ -305,11 +355,21 @@ async def patch_cron(cron_job_id: str, body: PatchCronIn, ctx: Ctx, owner: Owner
         "timeout_seconds": given.get("timeoutSeconds", cron.timeout_seconds),
         "starting_deadline_seconds": given.get("startingDeadlineSeconds", cron.starting_deadline_seconds),
         "enabled": given.get("enabled", cron.enabled),
+        "month_end_policy": given.get("monthEndPolicy", cron.month_end_policy),
+        "dst_policy": given.get("dstPolicy", cron.dst_policy),
+        "start_at": _instant(given["startAt"]) if "startAt" in given else cron.start_at,
+        "end_at": _instant(given["endAt"]) if "endAt" in given else cron.end_at,
+        "max_runs": given.get("maxRuns", cron.max_runs),
     }
+    if values["start_at"] and values["end_at"] and values["start_at"] > values["end_at"]:
+        raise InvalidRequest("startAt must not be after endAt", field="startAt")
     if "target" in given and body.target is not None:
         values["target"] = body.target.model_dump(exclude_none=True)
-    rebuilt = _build(ctx, values, cron.id, owner, cron.name, ctx.clock.now())
-    timing = ("schedule", "timeZone", "enabled")
+    rebuilt = _build(ctx, values, cron.id, owner, cron.name, ctx.clock.now(), may_end=True)
+    timing = (
+        "schedule", "timeZone", "enabled", "monthEndPolicy", "dstPolicy", "startAt", "endAt",
+        "maxRuns",
+    )  # fmt: skip
     if not any(k in given for k in timing) and cron.next_fire_at is not None:
         # Same timing: keep the slot the materializer is at, so no slot is
         # skipped or repeated by an unrelated change.
@@ -356,9 +416,23 @@ async def preview_cron(
             start = utc(parse_rfc3339(from_, "from"))
         except ValueError as exc:
             raise InvalidRequest(str(exc), field="from") from exc
-    fires = schedule_of(cron).fires(start, count=count)
+    # The bounds shape the preview as they shape the materializer's plan.
+    if cron.start_at is not None and cron.start_at > start:
+        start = cron.start_at - timedelta(microseconds=1)
+    remaining = None if cron.max_runs is None else max(0, cron.max_runs - cron.run_count)
+    limit = count if remaining is None else min(count, remaining)
+    fires = list(schedule_of(cron).fires(start, count=limit, until=cron.end_at))
+    end = None
+    if len(fires) < count:
+        if remaining is not None and len(fires) == remaining:
+            end = f"maxRuns {cron.max_runs} reached ({cron.run_count} run so far)"
+        elif cron.end_at is not None:
+            end = f"endAt {cron.end_at.isoformat()} reached"
     return PreviewOut(
-        fires=[FireOut(scheduledFor=f.scheduled_for, local=f.local.isoformat(), note=f.note) for f in fires]
+        fires=[FireOut(scheduledFor=f.scheduled_for, local=f.local.isoformat(), note=f.note) for f in fires],
+        end=end,
+        monthEndPolicy=cron.month_end_policy,
+        dstPolicy=cron.dst_policy,
     )
 
 

@@ -4,6 +4,11 @@
 become occurrences, which are missed (misfire policy, starting deadline) or
 skipped (FORBID), and where ``next_fire_at`` moves. It does no I/O, so the
 misfire and concurrency rules are tested with a fake clock alone.
+
+Bounds: no slot after ``end_at`` and no more than ``max_runs`` occurrences
+made by the schedule (manual triggers do not count) are planned; a cron that
+has reached either gets ``next_fire_at`` None and is due no more. ``start_at``
+is applied where the first slot is chosen (:func:`first_slot`).
 """
 
 from __future__ import annotations
@@ -14,10 +19,27 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 import shardmap
-from cluster.cron.schedule import Fire, Schedule, parse_schedule, stable_jitter
+from cluster.cron.schedule import (
+    DstPolicy,
+    Fire,
+    MonthEndPolicy,
+    Schedule,
+    parse_schedule,
+    stable_jitter,
+)
 from cluster.model import Occurrence
 
-__all__ = ["CronTiming", "Plan", "ScheduleCache", "Slots", "cron_slot", "plan", "schedule_of"]
+__all__ = [
+    "CronTiming",
+    "Plan",
+    "ScheduleCache",
+    "Slots",
+    "cron_slot",
+    "exhausted",
+    "first_slot",
+    "plan",
+    "schedule_of",
+]
 
 # Iterating slots is cheap, but a per-minute cron down for a year has 525,600:
 # past this many, the rest of the outage is skipped over in one jump.
@@ -56,6 +78,16 @@ class CronTiming(Protocol):
     def starting_deadline_seconds(self) -> int | None: ...
     @property
     def next_fire_at(self) -> datetime | None: ...
+    @property
+    def month_end_policy(self) -> str: ...
+    @property
+    def dst_policy(self) -> str: ...
+    @property
+    def end_at(self) -> datetime | None: ...
+    @property
+    def max_runs(self) -> int | None: ...
+    @property
+    def run_count(self) -> int: ...
 
 
 class Slots(Protocol):
@@ -69,8 +101,41 @@ def schedule_of(cron: CronTiming, min_interval: timedelta = timedelta(0)) -> Sch
     # Stored definitions were validated against the operator's minimum when
     # written; reading them back must not fail if that minimum changed since.
     return parse_schedule(
-        cron.schedule, cron.time_zone, seed=cron.id_text, min_interval=min_interval, anchor=cron.anchor
+        cron.schedule,
+        cron.time_zone,
+        seed=cron.id_text,
+        min_interval=min_interval,
+        anchor=cron.anchor,
+        month_end=_month_end(cron.month_end_policy),
+        dst=_dst(cron.dst_policy),
     )
+
+
+def _month_end(value: str) -> MonthEndPolicy:
+    return "CLAMP" if value == "CLAMP" else "SKIP"
+
+
+def _dst(value: str) -> DstPolicy:
+    return "SKIP" if value == "SKIP" else "BOTH" if value == "BOTH" else "CRONIE"
+
+
+def first_slot(
+    schedule: Slots, now: datetime, start_at: datetime | None, end_at: datetime | None
+) -> datetime | None:
+    """Where a new (or re-timed) cron starts: its first slot after ``now``,
+    and not before ``start_at``; None when that is past ``end_at``."""
+    after = now
+    if start_at is not None and start_at > now:
+        after = start_at - timedelta(microseconds=1)  # a slot at start_at itself counts
+    fire = schedule.next_fire(after)
+    if fire is None or (end_at is not None and fire.scheduled_for > end_at):
+        return None
+    return fire.scheduled_for
+
+
+def exhausted(cron: CronTiming) -> bool:
+    """Whether ``max_runs`` occurrences were made already."""
+    return cron.max_runs is not None and cron.run_count >= cron.max_runs
 
 
 def _needs_seed(expression: str) -> bool:
@@ -118,11 +183,11 @@ class ScheduleCache:
     sharing them is safe."""
 
     def __init__(self) -> None:
-        self._memos: dict[tuple[str, str, datetime, str], _Memo] = {}
+        self._memos: dict[tuple[str, str, datetime, str, str, str], _Memo] = {}
 
     def slots(self, cron: CronTiming) -> Slots:
         seed = cron.id_text if _needs_seed(cron.schedule) else ""
-        key = (cron.schedule, cron.time_zone, cron.anchor, seed)
+        key = (cron.schedule, cron.time_zone, cron.anchor, seed, cron.month_end_policy, cron.dst_policy)
         memo = self._memos.get(key)
         if memo is None:
             if len(self._memos) >= _MEMO_SCHEDULES:
@@ -142,6 +207,11 @@ class Plan:
     @property
     def missed(self) -> int:
         return self.missed_misfire + self.missed_deadline
+
+    @property
+    def runs(self) -> int:
+        """Occurrences this plan makes: what ``run_count`` grows by."""
+        return len(self.occurrences)
 
     @property
     def last_fire(self) -> datetime | None:
@@ -179,7 +249,14 @@ def plan(
     first = cron.next_fire_at
     if first is None:
         return out
+    end = cron.end_at
+    remaining = None if cron.max_runs is None else cron.max_runs - cron.run_count
+    if (remaining is not None and remaining <= 0) or (end is not None and first > end):
+        out.next_fire_at = None  # the bounds are reached: due no more
+        return out
     horizon = now + lookahead
+    if end is not None:
+        horizon = min(horizon, end)
     late_edge = now - misfire_threshold
 
     slots: list[datetime] = []
@@ -232,9 +309,14 @@ def plan(
             # The next one is planned from this one's finish.
             out.next_fire_at = None
             break
+        if remaining is not None and len(chosen) >= remaining:
+            out.next_fire_at = None  # maxRuns reached
+            break
     else:
         nxt = schedule.next_fire(after) if after is not None else None
         out.next_fire_at = nxt.scheduled_for if nxt else None
+        if end is not None and out.next_fire_at is not None and out.next_fire_at > end:
+            out.next_fire_at = None  # endAt reached
         if cron.schedule_kind == "FIXED_DELAY" and out.occurrences:
             out.next_fire_at = None
     return out

@@ -22,6 +22,15 @@ schedule is *wildcard* when its minute or hour field starts with ``*``, otherwis
 * overlap (local times that happen twice): a fixed-time slot fires only at the
   first occurrence; a wildcard schedule fires at each real occurrence.
 
+That is the default DST policy, ``CRONIE``. A cron may choose another one for
+its fixed-time slots: ``SKIP`` (a slot in a gap does not fire that day) or
+``BOTH`` (a slot in an overlap fires at both occurrences). Wildcard schedules
+already skip gaps and fire twice in overlaps, whatever the policy.
+
+Days 29 to 31 do not exist in every month. The default month-end policy,
+``SKIP``, fires only on days that exist (``0 2 31 * *`` runs seven times a
+year, like cron); ``CLAMP`` fires on the month's last day instead, once.
+
 croniter is not used for firing: it fires fixed-time schedules twice in an
 overlap. What users may write, and why an expression is refused, is the
 grammar's business (:mod:`cluster.cron.expression`); this module resolves
@@ -57,14 +66,18 @@ from cluster.cron.expression import (
 )
 
 __all__ = [
+    "DST_POLICIES",
     "MAX_EXPRESSION_LENGTH",
     "MAX_INTERVAL",
     "MIN_INTERVAL",
+    "MONTH_END_POLICIES",
     "CronSchedule",
+    "DstPolicy",
     "Fire",
     "FixedDelaySchedule",
     "FixedRateSchedule",
     "InvalidSchedule",
+    "MonthEndPolicy",
     "Schedule",
     "ScheduleKind",
     "is_wildcard",
@@ -73,6 +86,10 @@ __all__ = [
 ]
 
 ScheduleKind = Literal["CRON", "FIXED_RATE", "FIXED_DELAY"]
+MonthEndPolicy = Literal["SKIP", "CLAMP"]
+DstPolicy = Literal["CRONIE", "SKIP", "BOTH"]
+MONTH_END_POLICIES: tuple[MonthEndPolicy, ...] = ("SKIP", "CLAMP")
+DST_POLICIES: tuple[DstPolicy, ...] = ("CRONIE", "SKIP", "BOTH")
 
 _DEFAULT_ANCHOR = datetime(1970, 1, 1, tzinfo=UTC)
 _MINUTE = timedelta(minutes=1)
@@ -224,12 +241,26 @@ class CronSchedule(Schedule):
     kind: ClassVar[ScheduleKind] = "CRON"
 
     def __init__(
-        self, expression: str, time_zone: str, zone: zoneinfo.ZoneInfo, fields: CronFields
+        self,
+        expression: str,
+        time_zone: str,
+        zone: zoneinfo.ZoneInfo,
+        fields: CronFields,
+        *,
+        month_end: MonthEndPolicy = "SKIP",
+        dst: DstPolicy = "CRONIE",
     ) -> None:
         super().__init__(expression, time_zone, zone)
         self._fields = fields
         self._months = sorted(fields.months)
         self._slot_seconds = slot_seconds(fields)
+        self.month_end: MonthEndPolicy = month_end
+        self.dst: DstPolicy = dst
+        # Clamping only matters for a restricted day field that names a day
+        # some month lacks (29, 30 or 31).
+        self._clamp_from = (
+            max(fields.days) if month_end == "CLAMP" and not fields.dom_star and fields.days else 0
+        )
 
     @property
     def wildcard(self) -> bool:
@@ -281,7 +312,7 @@ class CronSchedule(Schedule):
         except OverflowError:
             return
         seconds = self._slot_seconds
-        for day in self._days(start):
+        for day, clamp_note in self._days(start):
             midnight = datetime.combine(day, time())
             offset = self._steady_offset(midnight)
             if offset is not None:
@@ -291,15 +322,23 @@ class CronSchedule(Schedule):
                 first = bisect.bisect_right(seconds, (after - base).total_seconds())
                 for second in seconds[first:]:
                     instant = base + timedelta(seconds=second)
-                    yield [_Candidate(instant)], instant + _MINUTE
+                    yield [_Candidate(instant, note=clamp_note)], instant + _MINUTE
             else:
                 for second in seconds:
                     wall = midnight + timedelta(seconds=second)
-                    yield self._resolve(wall), self._earliest(wall + _MINUTE)
+                    candidates = self._resolve(wall)
+                    if clamp_note is not None:
+                        candidates = [
+                            c if c.note else _Candidate(c.instant, c.gap_wall, clamp_note)
+                            for c in candidates
+                        ]
+                    yield candidates, self._earliest(wall + _MINUTE)
 
-    def _days(self, start: date) -> Iterator[date]:
-        """Local dates from ``start`` on whose day and month match, in order."""
+    def _days(self, start: date) -> Iterator[tuple[date, str | None]]:
+        """Local dates from ``start`` on whose day and month match, in order,
+        each with a note when only the month-end clamp made it match."""
         f = self._fields
+        clamp_from = self._clamp_from
         year = start.year
         last_match_year = year
         while year <= _LAST_DAY.year and year - last_match_year <= _SEARCH_YEARS:
@@ -311,13 +350,19 @@ class CronSchedule(Schedule):
                 for day in range(1, n_days + 1):
                     dom = day in f.days or (f.last_day and day == n_days)
                     dow = (first_weekday + day - 1) % 7 in f.weekdays
-                    if (dom and dow) if (f.dom_star or f.dow_star) else (dom or dow):
+                    matched = (dom and dow) if (f.dom_star or f.dow_star) else (dom or dow)
+                    note = None
+                    if not matched and day == n_days and clamp_from > n_days:
+                        # CLAMP: the 29th-31st a month lacks fire on its last day.
+                        matched = dow if f.dow_star else True
+                        note = _clamp_note(sorted(d for d in f.days if d > n_days), year, month, day)
+                    if matched:
                         found = date(year, month, day)
                         if found > _LAST_DAY:
                             return
                         if found >= start:
                             last_match_year = year
-                            yield found
+                            yield found, note
             year += 1
 
     def _utc(self, wall: datetime, fold: int) -> datetime:
@@ -372,7 +417,7 @@ class CronSchedule(Schedule):
         """The instants of one slot on a transition day, by the DST rule."""
         first = self._utc(wall, 0)
         if self._wall(first) != wall:
-            if self._fields.wildcard:
+            if self._fields.wildcard or self.dst == "SKIP":
                 return []
             return [_Candidate(self._gap_end(wall), gap_wall=f"{wall:%H:%M}")]
         second = self._utc(wall, 1)
@@ -381,7 +426,7 @@ class CronSchedule(Schedule):
         clock = f"{wall:%H:%M}"
         first_name = _zone_name(first.astimezone(self._zone))
         second_name = _zone_name(second.astimezone(self._zone))
-        if self._fields.wildcard:
+        if self._fields.wildcard or self.dst == "BOTH":
             return [
                 _Candidate(
                     first,
@@ -397,6 +442,19 @@ class CronSchedule(Schedule):
                 f"the repeated {clock} ({second_name}) is skipped",
             )
         ]
+
+
+def _clamp_note(missing: list[int], year: int, month: int, last: int) -> str:
+    days = ", ".join(_ordinal(d) for d in missing)
+    return (
+        f"month end: {calendar.month_name[month]} {year} has no {days}; "
+        f"fired on the {_ordinal(last)} (monthEndPolicy CLAMP)"
+    )
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def _zone_name(local: datetime) -> str:
@@ -441,19 +499,27 @@ def parse_schedule(
     seed: str = "",
     min_interval: timedelta = MIN_INTERVAL,
     anchor: datetime | None = None,
+    month_end: MonthEndPolicy = "SKIP",
+    dst: DstPolicy = "CRONIE",
 ) -> Schedule:
     """Validate and parse a schedule; raise :class:`InvalidSchedule` with a usable message.
 
     ``seed`` (the cron job's id) fixes the values that ``H`` fields pick.
     ``min_interval`` refuses schedules that may fire more often than that.
     ``anchor`` (aware) is where a fixed-rate grid starts; default 1970-01-01 UTC.
+    ``month_end`` and ``dst`` are the policies of the module doc (cron
+    expressions only; interval schedules have neither month ends nor wall clocks).
     """
+    if month_end not in MONTH_END_POLICIES:
+        raise InvalidSchedule(f"monthEndPolicy must be one of {', '.join(MONTH_END_POLICIES)}")
+    if dst not in DST_POLICIES:
+        raise InvalidSchedule(f"dstPolicy must be one of {', '.join(DST_POLICIES)}")
     # The expression first: its errors are the likelier mistake, and say more.
     parsed = parse_expression(expression, seed=seed, min_interval=min_interval)
     text, rule = parsed.text, parsed.rule
     zone = _load_zone(time_zone)
     if isinstance(rule, CronFields):
-        return CronSchedule(text, time_zone, zone, rule)
+        return CronSchedule(text, time_zone, zone, rule, month_end=month_end, dst=dst)
     if rule.fixed_delay:
         return FixedDelaySchedule(text, time_zone, zone, rule.period)
     start = _DEFAULT_ANCHOR if anchor is None else utc(anchor)

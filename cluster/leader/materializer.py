@@ -17,6 +17,11 @@ early enough to be done before midnight. A pass stops after its budget
 and the next starts from the earliest due cron again, so a large instant
 being written ahead never delays the slots due before it.
 
+**Bounds.** ``endAt`` and ``maxRuns`` are planned (:func:`plan` reads them
+from the page, with ``run_count``), and the write adds each cron's new
+occurrences to its ``run_count`` in the same statement: still one statement
+per page, never one per cron.
+
 **Time.** A pass plans from one reading of the injected clock, taken at
 its start, and refuses to plan when that clock and the shard's ``now()``
 disagree by more than a bound: with a clock jumped an hour ahead, an hour
@@ -34,7 +39,7 @@ from datetime import datetime, timedelta
 
 from cluster import metrics
 from cluster.clock import Clock, SystemClock
-from cluster.cron.plan import Plan, ScheduleCache, plan
+from cluster.cron.plan import Plan, ScheduleCache, exhausted, plan
 from cluster.errors import VakitError
 from cluster.model import (
     DueCountsParams,
@@ -273,6 +278,7 @@ class Materializer:
                         last_fire=p.last_fire,
                         missed=p.missed,
                         skipped=p.skipped,
+                        runs=p.runs,
                     )
                     for cron, p in planned
                 ),
@@ -352,8 +358,11 @@ class Materializer:
                         "cron cannot be planned: %s", exc, extra={"cron_id": cron.id_text, "shard": shard}
                     )
                     continue
-                if nxt is not None:
-                    items.append(MaterializeParams(cron.id, None, (), nxt.scheduled_for, None))
+                if nxt is None or exhausted(cron):
+                    continue
+                if cron.end_at is not None and nxt.scheduled_for > cron.end_at:
+                    continue  # endAt reached; the query stops reading it once endAt passes
+                items.append(MaterializeParams(cron.id, None, (), nxt.scheduled_for, None))
             if items:
                 await self.crons.materialize(
                     shard,

@@ -67,6 +67,13 @@ class CronRecord:
     skipped_count: int = 0
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    # Policies and bounds (migration 7): what a cron without them did before.
+    month_end_policy: str = "SKIP"
+    dst_policy: str = "CRONIE"
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_runs: int | None = None
+    run_count: int = 0  # occurrences the schedule made (not manual triggers)
 
     @property
     def id_text(self) -> str:
@@ -104,6 +111,12 @@ class CronRecord:
             skipped_count=row["skipped_count"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            month_end_policy=row["month_end_policy"],
+            dst_policy=row["dst_policy"],
+            start_at=row["start_at"],
+            end_at=row["end_at"],
+            max_runs=row["max_runs"],
+            run_count=row["run_count"],
         )
 
 
@@ -142,6 +155,7 @@ class MaterializeParams:
     last_fire: datetime | None
     missed: int = 0
     skipped: int = 0
+    runs: int = 0  # what the cron's run_count grows by (its occurrences)
 
 
 @dataclass(frozen=True)
@@ -194,6 +208,11 @@ class DueCron(NamedTuple):
     jitter_seconds: int
     starting_deadline_seconds: int | None
     next_fire_at: datetime | None
+    month_end_policy: str = "SKIP"
+    dst_policy: str = "CRONIE"
+    end_at: datetime | None = None
+    max_runs: int | None = None
+    run_count: int = 0
 
     @property
     def id_text(self) -> str:

@@ -69,6 +69,11 @@ def _due_cron(c: CronRecord) -> DueCron:
         c.jitter_seconds,
         c.starting_deadline_seconds,
         c.next_fire_at,
+        c.month_end_policy,
+        c.dst_policy,
+        c.end_at,
+        c.max_runs,
+        c.run_count,
     )
 
 
@@ -176,6 +181,7 @@ class MemCronStore:
                 last_fire_at=old.last_fire_at,
                 missed_count=old.missed_count,
                 skipped_count=old.skipped_count,
+                run_count=old.run_count,
                 created_at=old.created_at,
                 updated_at=self._now(),
             )
@@ -302,6 +308,8 @@ class MemCronStore:
             if x.enabled
             and x.next_fire_at is None
             and x.schedule_kind == "FIXED_DELAY"
+            and (x.max_runs is None or x.run_count < x.max_runs)
+            and (x.end_at is None or x.end_at > self._now())
             and (params.after is None or x.id > params.after)
         )
         return [_due_cron(c.by_id[i]) for i in waiting[: params.limit]]
@@ -341,6 +349,7 @@ class MemCronStore:
                     last_fire_at=last_fire,
                     missed_count=cron.missed_count + item.missed,
                     skipped_count=cron.skipped_count + item.skipped,
+                    run_count=cron.run_count + item.runs,
                 )
                 advanced.add(cron.id)
                 may_go_far = cron.concurrency != "FORBID" and cron.schedule_kind != "FIXED_DELAY"

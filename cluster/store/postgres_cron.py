@@ -69,6 +69,11 @@ def _cron_row(c: CronRecord) -> dict[str, Any]:
         "anchor": c.anchor,
         "next_fire_at": c.next_fire_at,
         "fingerprint": c.fingerprint,
+        "month_end_policy": c.month_end_policy,
+        "dst_policy": c.dst_policy,
+        "start_at": c.start_at,
+        "end_at": c.end_at,
+        "max_runs": c.max_runs,
     }
 
 
@@ -95,6 +100,11 @@ def _cron_columns(crons: Sequence[CronRecord]) -> dict[str, Any]:
         "anchors": [c.anchor for c in crons],
         "next_fire": [c.next_fire_at for c in crons],
         "fingerprints": [c.fingerprint for c in crons],
+        "month_ends": [c.month_end_policy for c in crons],
+        "dsts": [c.dst_policy for c in crons],
+        "start_ats": [c.start_at for c in crons],
+        "end_ats": [c.end_at for c in crons],
+        "max_runs": [c.max_runs for c in crons],
     }
 
 
@@ -277,6 +287,7 @@ class PgCronStore:
             "last_fire": [p.last_fire for p in items],
             "missed": [p.missed for p in items],
             "skipped": [p.skipped for p in items],
+            "runs": [p.runs for p in items],
             "occ_cron": [c for c, _ in occ],
             "occ_job": [o.job_id for _, o in occ],
             "occ_scheduled": [o.scheduled_for for _, o in occ],

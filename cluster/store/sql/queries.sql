@@ -439,11 +439,13 @@ INSERT INTO schema_migrations (version, name) VALUES (%(version)s, %(name)s);
 INSERT INTO cron_jobs (id, owner_service, name, schedule, schedule_kind, time_zone, type,
                        target_kind, target, payload, misfire_policy, concurrency, jitter_seconds,
                        max_attempts, timeout_seconds, starting_deadline_seconds, enabled, anchor,
-                       next_fire_at, fingerprint)
+                       next_fire_at, fingerprint, month_end_policy, dst_policy, start_at, end_at,
+                       max_runs)
 VALUES (%(id)s, %(owner)s, %(name)s, %(schedule)s, %(schedule_kind)s, %(time_zone)s, %(type)s,
         %(target_kind)s, %(target)s, %(payload)s, %(misfire_policy)s, %(concurrency)s,
         %(jitter_seconds)s, %(max_attempts)s, %(timeout_seconds)s, %(starting_deadline_seconds)s,
-        %(enabled)s, %(anchor)s, %(next_fire_at)s, %(fingerprint)s)
+        %(enabled)s, %(anchor)s, %(next_fire_at)s, %(fingerprint)s, %(month_end_policy)s,
+        %(dst_policy)s, %(start_at)s, %(end_at)s, %(max_runs)s)
 ON CONFLICT (owner_service, name) DO NOTHING
 RETURNING *;
 
@@ -470,21 +472,24 @@ WITH v AS (
                          %(concurrencies)b::text[], %(jitters)b::int[], %(max_attempts)b::int[],
                          %(timeouts)b::int[], %(deadlines)b::int[], %(enabled)b::bool[],
                          %(anchors)b::timestamptz[], %(next_fire)b::timestamptz[],
-                         %(fingerprints)b::text[])
+                         %(fingerprints)b::text[], %(month_ends)b::text[],
+                         %(dsts)b::text[], %(start_ats)b::timestamptz[],
+                         %(end_ats)b::timestamptz[], %(max_runs)b::int[])
            AS v(id, owner_service, name, schedule, schedule_kind, time_zone, type, target_kind,
                 target, payload, misfire_policy, concurrency, jitter_seconds, max_attempts,
                 timeout_seconds, starting_deadline_seconds, enabled, anchor, next_fire_at,
-                fingerprint)
+                fingerprint, month_end_policy, dst_policy, start_at, end_at, max_runs)
 ),
 ins AS (
     INSERT INTO cron_jobs (id, owner_service, name, schedule, schedule_kind, time_zone, type,
                            target_kind, target, payload, misfire_policy, concurrency,
                            jitter_seconds, max_attempts, timeout_seconds,
-                           starting_deadline_seconds, enabled, anchor, next_fire_at, fingerprint)
+                           starting_deadline_seconds, enabled, anchor, next_fire_at, fingerprint,
+                           month_end_policy, dst_policy, start_at, end_at, max_runs)
     SELECT id, owner_service, name, schedule, schedule_kind, time_zone, type, target_kind,
            target::jsonb, payload::jsonb, misfire_policy, concurrency, jitter_seconds,
            max_attempts, timeout_seconds, starting_deadline_seconds, enabled, anchor,
-           next_fire_at, fingerprint
+           next_fire_at, fingerprint, month_end_policy, dst_policy, start_at, end_at, max_runs
       FROM v
     ON CONFLICT (owner_service, name) DO NOTHING
     RETURNING *
@@ -529,6 +534,8 @@ UPDATE cron_jobs
        timeout_seconds = %(timeout_seconds)s,
        starting_deadline_seconds = %(starting_deadline_seconds)s, enabled = %(enabled)s,
        anchor = %(anchor)s, next_fire_at = %(next_fire_at)s, fingerprint = %(fingerprint)s,
+       month_end_policy = %(month_end_policy)s, dst_policy = %(dst_policy)s,
+       start_at = %(start_at)s, end_at = %(end_at)s, max_runs = %(max_runs)s,
        updated_at = now()
  WHERE id = %(id)s AND owner_service = %(owner)s
 RETURNING *;
@@ -563,7 +570,8 @@ RETURNING id;
 -- the index cron_jobs_due_key_idx: a page starts where the last one ended,
 -- even inside an instant a million crons share.
 SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurrency,
-       jitter_seconds, starting_deadline_seconds, next_fire_at
+       jitter_seconds, starting_deadline_seconds, next_fire_at, month_end_policy, dst_policy,
+       end_at, max_runs, run_count
   FROM cron_jobs
  WHERE enabled AND next_fire_at <= %(until)s
    AND (next_fire_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
@@ -584,9 +592,11 @@ SELECT greatest(date_trunc('second', next_fire_at), date_trunc('second', %(now)s
 
 -- name: waiting_fixed_delay_crons
 SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurrency,
-       jitter_seconds, starting_deadline_seconds, next_fire_at
+       jitter_seconds, starting_deadline_seconds, next_fire_at, month_end_policy, dst_policy,
+       end_at, max_runs, run_count
   FROM cron_jobs
  WHERE enabled AND next_fire_at IS NULL AND schedule_kind = 'FIXED_DELAY'
+   AND (max_runs IS NULL OR run_count < max_runs) AND (end_at IS NULL OR end_at > now())
    AND id > %(after_id)s::uuid
  ORDER BY id
  LIMIT %(limit)s;
@@ -636,10 +646,13 @@ RETURNING id, scheduled_for;
 -- occurrences: their pending count and the FORBID index read the hot
 -- table). A FORBID occurrence that meets a pending one at the last moment
 -- (a manual trigger) is refused by the index: returned as 'refused'.
+-- run_count grows by the occurrences planned (maxRuns): bounds are planned,
+-- not checked per cron here, so the write stays one statement per page.
 WITH v AS (
     SELECT * FROM unnest(%(ids)b::uuid[], %(expected)b::timestamptz[], %(next)b::timestamptz[],
-                         %(last_fire)b::timestamptz[], %(missed)b::int8[], %(skipped)b::int8[])
-           AS v(id, expected, next, last_fire, missed, skipped)
+                         %(last_fire)b::timestamptz[], %(missed)b::int8[], %(skipped)b::int8[],
+                         %(runs)b::int8[])
+           AS v(id, expected, next, last_fire, missed, skipped, runs)
 ),
 locked AS (
     -- A lookup by primary key per cron (the locking subquery is never
@@ -659,7 +672,8 @@ moved AS (
            last_fire_at = CASE WHEN v.last_fire IS NULL THEN c.last_fire_at
                                ELSE greatest(c.last_fire_at, v.last_fire) END,
            missed_count = c.missed_count + v.missed,
-           skipped_count = c.skipped_count + v.skipped
+           skipped_count = c.skipped_count + v.skipped,
+           run_count = c.run_count + v.runs
       FROM locked v
      WHERE c.id = v.id AND c.id = ANY(%(ids)b::uuid[])
     RETURNING c.id, c.owner_service, c.type, c.max_attempts, c.timeout_seconds, c.target_kind,
