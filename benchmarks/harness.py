@@ -266,6 +266,11 @@ class BenchCluster:
             VAKIT_SHARDS=",".join(self.dsns),
             VAKIT_ENABLE_NOOP_TARGET="true",
             VAKIT_ALLOW_PRIVATE_TARGETS="true",  # the sink listens on loopback
+            # One owner loads a whole wave (a million jobs or crons, ~20,000
+            # a second): the per-owner create rate and cron quota are off;
+            # --env VAKIT_OWNER_CREATE_RATE=… measures them on.
+            VAKIT_OWNER_CREATE_RATE="0",
+            VAKIT_OWNER_MAX_CRONS="0",
         )
         env.update(self.spec.worker_env)
         return env

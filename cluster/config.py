@@ -114,6 +114,27 @@ class Settings(BaseSettings):
         "port; unset: only on the API port, to operator tokens.",
     )
 
+    # -- per-owner limits (each API process; 0 turns one off) ------------------
+    owner_create_rate: float = Field(
+        1000.0, ge=0, description="Jobs and cron jobs an owner may create per second."
+    )
+    owner_create_burst: int = Field(
+        10_000, ge=1, description="Creates an owner may make at once before the rate applies."
+    )
+    owner_max_pending_jobs: int = Field(
+        10_000_000, ge=0, description="Jobs (scheduled or running) an owner may have pending."
+    )
+    owner_max_crons: int = Field(100_000, ge=0, description="Cron jobs an owner may define.")
+    cron_triggers_per_minute: float | None = Field(
+        None,
+        ge=0,
+        description="Manual triggers of one cron job per minute; default: one per "
+        "cron_min_interval_seconds.",
+    )
+    quota_refresh_seconds: float = Field(
+        30.0, gt=0, description="How often the pending-job and cron counts per owner are re-read."
+    )
+
     # -- worker ------------------------------------------------------------
     worker_id: str | None = None
     metrics_port: int = Field(0, ge=0, le=65535, description="Worker /metrics port; 0 picks one.")
@@ -237,6 +258,14 @@ class Settings(BaseSettings):
     @property
     def shard_count(self) -> int:
         return len(self.shards)
+
+    @property
+    def triggers_per_minute(self) -> float:
+        """Manual triggers of one cron per minute: the setting, or one per
+        cron_min_interval_seconds (what the cron's own schedule may do)."""
+        if self.cron_triggers_per_minute is not None:
+            return self.cron_triggers_per_minute
+        return 60.0 / self.cron_min_interval_seconds
 
     @property
     def heartbeat_every(self) -> float:

@@ -72,9 +72,11 @@ def create_app(
         connecting = asyncio.create_task(_connect_view(ctx)) if view_factory else None
         metrics_server = _serve_metrics(settings, ctx)
         lag = asyncio.create_task(watch_event_loop())
+        counting = asyncio.create_task(ctx.limits.run(store, crons))
         try:
             yield
         finally:
+            counting.cancel()
             lag.cancel()
             if metrics_server is not None:
                 metrics_server.shutdown()

@@ -250,9 +250,12 @@ async def create_cron(body: CreateCronIn, response: Response, ctx: Ctx, owner: O
     """Define a cron job. The name is unique per owner; the same name with the
     same definition returns the existing one (200)."""
     cron, shard = _new_cron(ctx, body, owner, ctx.clock.now())
+    ctx.limits.admit_crons(owner)
     saved, created = await ctx.crons.create(shard, cron)
     if not created:
         response.status_code = 200
+    else:
+        ctx.limits.created_crons(owner, 1)
     return cron_out(saved, shard)
 
 
@@ -302,7 +305,11 @@ async def create_crons_batch(body: BatchCreateCronsIn, ctx: Ctx, owner: Owner) -
         saved, new = outcome
         return {"index": index, "status": 201 if new else 200, "cronJobId": saved.id_text}
 
+    # All of the batch within the limits, or a 429 for all of it.
+    if valid := sum(len(items) for items in by_shard.values()):
+        ctx.limits.admit_crons(owner, valid)
     await write_shards(by_shard, ctx.crons.create_many, created, results, where)
+    ctx.limits.created_crons(owner, sum(1 for r in results if r is not None and r["status"] == 201))
     for index, first_index in repeats:
         # A name repeated in one batch with the same body: the first's answer,
         # as a repeat (or the first's problem).
@@ -392,6 +399,7 @@ async def delete_cron(cron_job_id: str, ctx: Ctx, owner: Owner) -> Response:
 async def trigger_cron(cron_job_id: str, ctx: Ctx, owner: Owner) -> TriggerOut:
     """One extra occurrence now, with its own scheduledFor."""
     cron, shard = await _load(ctx, cron_job_id, owner)
+    ctx.limits.admit_trigger(cron.id_text)
     now = ctx.clock.now()
     when = now.replace(microsecond=now.microsecond // 1000 * 1000)
     occ = Occurrence(shardmap.new_uuid(shardmap.slot_of(cron.id)), when, when, None)

@@ -159,11 +159,14 @@ async def _create_one(
         raise InvalidRequest("Idempotency-Key must be 1 to 200 characters")
     digest = fingerprint(body) if idempotency_key is not None else None
     job = _prepare(ctx, owner, body, idempotency_key, ctx.clock.now(), digest)
+    ctx.limits.admit_jobs(owner)
     if job.key is not None:
         params = job.params(job.slot)
         result = await ctx.store.create_job(ctx.shards.shard_of(params.id), params)
     else:
         result = await _create_anywhere(ctx, job.params)
+    if result.created:
+        ctx.limits.created_jobs(owner, 1)
     return json_response(
         {"jobId": job_id_text(result.job.id), "status": result.job.status.value},
         201 if result.created else 200,
@@ -269,6 +272,10 @@ async def create_jobs_batch(body: BatchCreateJobsIn, ctx: Ctx, owner: Owner) -> 
             continue
         params = job.params(job.slot)
         by_shard.setdefault(ctx.shards.shard_of(params.id), []).append((index, params))
+    # The whole batch is within the limits or none of it is written: a 429
+    # the client can retry as it is.
+    if valid := sum(len(items) for items in by_shard.values()):
+        ctx.limits.admit_jobs(owner, valid)
 
     async def write(shard: int, jobs: list[CreateJobParams]) -> list[CreateResult | Conflict]:
         return await ctx.store.create_jobs(shard, CreateJobsParams(tuple(jobs)))
@@ -282,6 +289,7 @@ async def create_jobs_batch(body: BatchCreateJobsIn, ctx: Ctx, owner: Owner) -> 
         }
 
     await write_shards(by_shard, write, created, results, where)
+    ctx.limits.created_jobs(owner, sum(1 for r in results if r is not None and r["status"] == 201))
     return json_response({"results": results})
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "MaintenanceResult",
     "MoveFarParams",
     "Outcome",
+    "OwnerCountsParams",
     "ReapParams",
     "ReapResult",
     "ReleaseParams",
@@ -318,6 +319,14 @@ class MoveFarParams:
 @dataclass(frozen=True)
 class BacklogParams:
     now: datetime | None = None  # None: the database's now()
+
+
+@dataclass(frozen=True)
+class OwnerCountsParams:
+    """Per owner, how many of its rows a shard holds (pending jobs, cron
+    jobs): the ``limit`` owners with the most, for the per-owner quotas."""
+
+    limit: int = 10_000
 
 
 @dataclass(frozen=True)

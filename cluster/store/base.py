@@ -46,6 +46,7 @@ from cluster.model import (
     MaterializeBatchParams,
     MaterializeResult,
     MoveFarParams,
+    OwnerCountsParams,
     PendingInfo,
     PendingParams,
     ReapParams,
@@ -147,6 +148,11 @@ class Store(Protocol):
 
     async def backlog(self, shard: int, params: BacklogParams) -> BacklogStats: ...
 
+    async def pending_by_owner(self, shard: int, params: OwnerCountsParams) -> dict[str, int]:
+        """Jobs not yet finished (scheduled, far or running) per owner, cron
+        occurrences included: the ``params.limit`` owners with the most."""
+        ...
+
     async def revoke_replaced(self, shard: int, params: RevokeReplacedParams) -> int:
         """Concurrency REPLACE: revoke the cron's other RUNNING occurrences."""
         ...
@@ -245,4 +251,8 @@ class CronStore(Protocol):
     ) -> list[tuple[uuid.UUID, datetime]]:
         """Enabled crons and their last success (their creation until one),
         the oldest ``params.limit`` first."""
+        ...
+
+    async def crons_by_owner(self, shard: int, params: OwnerCountsParams) -> dict[str, int]:
+        """Cron jobs defined per owner: the ``params.limit`` owners with the most."""
         ...

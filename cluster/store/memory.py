@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import json
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -41,6 +42,7 @@ from cluster.model import (
     MaintenanceResult,
     MoveFarParams,
     Outcome,
+    OwnerCountsParams,
     ReapParams,
     ReapResult,
     ReleaseParams,
@@ -424,6 +426,10 @@ class MemStore:
         ]
         age = (now - min(due)).total_seconds() if due else 0.0
         return BacklogStats(due=len(due), oldest_due_age_seconds=age)
+
+    async def pending_by_owner(self, shard: int, params: OwnerCountsParams) -> dict[str, int]:
+        counts = Counter(r.job.owner for r in self._shard(shard).rows.values())
+        return dict(counts.most_common(params.limit))
 
     async def move_far_jobs(self, shard: int, params: MoveFarParams) -> int:
         s = self._shard(shard)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,6 +40,7 @@ from cluster.model import (
     MaterializeBatchParams,
     MaterializeResult,
     Occurrence,
+    OwnerCountsParams,
     PendingInfo,
     PendingParams,
     TriggerCronParams,
@@ -364,6 +366,10 @@ class MemCronStore:
                     self._insert(shard, cron, occ, far)
                     created += 1
         return MaterializeResult(frozenset(advanced), created, tuple(refused))
+
+    async def crons_by_owner(self, shard: int, params: OwnerCountsParams) -> dict[str, int]:
+        counts = Counter(x.owner for x in self._c(shard).by_id.values())
+        return dict(counts.most_common(params.limit))
 
     async def last_successes(
         self, shard: int, params: LastSuccessParams

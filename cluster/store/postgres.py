@@ -40,6 +40,7 @@ from cluster.model import (
     MaintainHistoryParams,
     MaintenanceResult,
     MoveFarParams,
+    OwnerCountsParams,
     ReapParams,
     ReapResult,
     ReleaseParams,
@@ -340,6 +341,11 @@ class PgStore(PgShards):
     async def backlog(self, shard: int, params: BacklogParams) -> BacklogStats:
         rows = await self.fetch(shard, "backlog", {"now": params.now, "cap": BACKLOG_CAP})
         return BacklogStats(due=rows[0]["due"], oldest_due_age_seconds=float(rows[0]["oldest_age"]))
+
+    @wrap_exceptions
+    async def pending_by_owner(self, shard: int, params: OwnerCountsParams) -> dict[str, int]:
+        rows = await self.fetch(shard, "pending_by_owner", {"limit": params.limit})
+        return {r["owner"]: r["n"] for r in rows}
 
     @wrap_exceptions
     async def revoke_replaced(self, shard: int, params: RevokeReplacedParams) -> int:

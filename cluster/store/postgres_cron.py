@@ -31,6 +31,7 @@ from cluster.model import (
     ListCronsParams,
     MaterializeBatchParams,
     MaterializeResult,
+    OwnerCountsParams,
     PendingInfo,
     PendingParams,
     TriggerCronParams,
@@ -301,6 +302,11 @@ class PgCronStore:
         refused = tuple(i for kind, i in rows if kind == "refused")
         created = sum(1 for kind, _ in rows if kind == "created")
         return MaterializeResult(advanced, created, refused)
+
+    @wrap_exceptions
+    async def crons_by_owner(self, shard: int, params: OwnerCountsParams) -> dict[str, int]:
+        rows = await self.store.fetch(shard, "crons_by_owner", {"limit": params.limit})
+        return {r["owner"]: r["n"] for r in rows}
 
     @wrap_exceptions
     async def last_successes(

@@ -38,6 +38,7 @@ from cluster.model import (
     MaterializeResult,
     Occurrence,
     Outcome,
+    OwnerCountsParams,
     PendingParams,
     TriggerCronParams,
     WaitingCronsParams,
@@ -165,6 +166,15 @@ async def test_create_many_of_a_thousand(ch: CronHarness) -> None:
     again = await ch.crons.create_many(0, batch)
     assert all(not isinstance(r, Conflict) and not r[1] for r in again)
     assert await ch.crons.create_many(0, []) == []
+
+
+async def test_crons_by_owner(ch: CronHarness) -> None:
+    for name in ("a", "b"):
+        await ch.crons.create(0, cron(ch, name))
+    other = cron_record("other-svc", "x", next_fire_at=ch.now() + timedelta(seconds=60), payload={})
+    await ch.crons.create(0, other)
+    assert await ch.crons.crons_by_owner(0, OwnerCountsParams()) == {OWNER: 2, "other-svc": 1}
+    assert await ch.crons.crons_by_owner(0, OwnerCountsParams(limit=1)) == {OWNER: 2}
 
 
 async def test_get_list_update_delete(ch: CronHarness) -> None:

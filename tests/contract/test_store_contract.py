@@ -35,6 +35,7 @@ from cluster.model import (
     MaintainHistoryParams,
     MoveFarParams,
     Outcome,
+    OwnerCountsParams,
     ReapParams,
     ReleaseParams,
     RescheduleParams,
@@ -250,6 +251,21 @@ async def test_batch_create_of_a_thousand(h: Harness) -> None:
     assert [r.job.id for r in again if isinstance(r, CreateResult)] == [
         first.id if first.idempotency_key else repeat.id for first, repeat in zip(batch, second, strict=True)
     ]
+
+
+async def test_pending_by_owner_counts_unfinished_jobs_near_and_far(h: Harness) -> None:
+    for _ in range(3):
+        await create(h, owner="big")
+    await create(h, owner="big", far=True, run_at=h.now() + timedelta(days=2))
+    running = await create(h, owner="small")
+    done = await create(h, owner="small", run_at=h.now() - timedelta(seconds=5))
+    claimed = await h.store.claim_jobs(SHARD, claim(h, limit=10))
+    assert {c.id for c in claimed} >= {running.id, done.id}
+    await finish(h, *(result(h, c) for c in claimed if c.id == done.id))
+    # Running ones count, finished ones do not; the most loaded owners first.
+    assert await h.store.pending_by_owner(SHARD, OwnerCountsParams()) == {"big": 4, "small": 1}
+    assert await h.store.pending_by_owner(SHARD, OwnerCountsParams(limit=1)) == {"big": 4}
+    assert await h.store.pending_by_owner(1, OwnerCountsParams()) == {}
 
 
 async def test_a_job_id_is_never_written_twice(h: Harness) -> None:

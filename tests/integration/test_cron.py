@@ -373,15 +373,19 @@ async def test_last_success_series_leave_with_their_cron(api: httpx.AsyncClient,
     assert last_success_series(kept) is None
 
 
-async def test_trigger_adds_one_occurrence(api: httpx.AsyncClient, shard_dsns: list[str]) -> None:
-    body = cron_body(name="trig", schedule="0 0 1 1 *", concurrency="FORBID")
-    cid = (await api.post("/api/v1/cron-jobs", json=body, headers=A)).json()["cronJobId"]
-    r = await api.post(f"/api/v1/cron-jobs/{cid}/trigger", headers=A)
-    assert r.status_code == 201 and r.json()["jobId"].startswith("job_")
-    job = (await api.get(f"/api/v1/jobs/{r.json()['jobId']}", headers=A)).json()
-    assert job["cronJobId"] == cid and job["status"] == "SCHEDULED"
-    # FORBID: a second manual run while the first is pending is refused.
-    assert (await api.post(f"/api/v1/cron-jobs/{cid}/trigger", headers=A)).status_code == 409
+async def test_trigger_adds_one_occurrence(shard_dsns: list[str]) -> None:
+    # Manual runs are rate limited (one a minute by default, see
+    # test_tenancy.py); this test is about FORBID, so it allows more.
+    settings = settings_for(shard_dsns, cron_triggers_per_minute=10)
+    async for api in client_for(settings):
+        body = cron_body(name="trig", schedule="0 0 1 1 *", concurrency="FORBID")
+        cid = (await api.post("/api/v1/cron-jobs", json=body, headers=A)).json()["cronJobId"]
+        r = await api.post(f"/api/v1/cron-jobs/{cid}/trigger", headers=A)
+        assert r.status_code == 201 and r.json()["jobId"].startswith("job_")
+        job = (await api.get(f"/api/v1/jobs/{r.json()['jobId']}", headers=A)).json()
+        assert job["cronJobId"] == cid and job["status"] == "SCHEDULED"
+        # FORBID: a second manual run while the first is pending is refused.
+        assert (await api.post(f"/api/v1/cron-jobs/{cid}/trigger", headers=A)).status_code == 409
 
 
 # -- the bulk path: many crons per statement ---------------------------------------------------------

@@ -6,12 +6,13 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
 
 from cluster.service import api_app
-from tests.integration.test_api import OP, A, B, body, client_for, settings_for
+from tests.integration.test_api import OP, A, B, body, client_for, count_jobs, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +40,9 @@ async def test_cluster_and_metrics_are_for_operators(api: httpx.AsyncClient) -> 
     assert [s["shard"] for s in report["shards"]] == [0, 1]
 
 
-async def test_operator_acts_for_an_owner_tenants_only_for_themselves(api: httpx.AsyncClient) -> None:
+async def test_operator_acts_for_an_owner_tenants_only_for_themselves(
+    api: httpx.AsyncClient,
+) -> None:
     jid = (await api.post("/api/v1/jobs?owner=svc-a", json=body(), headers=OP)).json()["jobId"]
     assert (await api.get(f"/api/v1/jobs/{jid}", headers=A)).json()["status"] == "SCHEDULED"
     problem(await api.delete(f"/api/v1/jobs/{jid}?owner=svc-a", headers=B), 403)
@@ -50,7 +53,9 @@ async def test_operator_acts_for_an_owner_tenants_only_for_themselves(api: httpx
 
 def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=5) as r:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers or {}), timeout=5
+        ) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -68,3 +73,112 @@ async def test_metrics_on_their_own_loopback_port(shard_dsns: list[str]) -> None
             problem(await client.get("/metrics", headers=A), 403)  # the API port still guards it
     with pytest.raises(OSError):  # closed with the app
         _get(f"http://127.0.0.1:{port}/metrics")
+
+
+# -- per-owner limits: 429 with Retry-After, nothing written -------------------------
+
+
+def cron_body(name: str, **over: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "schedule": "0 0 1 1 *",
+        "timeZone": "UTC",
+        "target": {"kind": "HTTP", "url": "https://hooks.example.com/run"},
+        **over,
+    }
+
+
+def limited(r: httpx.Response, limit: str) -> int:
+    out = problem(r, 429)
+    assert out["limit"] == limit, out
+    retry_after = int(r.headers["Retry-After"])
+    assert retry_after >= 1
+    return retry_after
+
+
+async def test_create_rate_per_owner(shard_dsns: list[str]) -> None:
+    settings = settings_for(shard_dsns, owner_create_rate=0.01, owner_create_burst=3)
+    async for api in client_for(settings):
+        for _ in range(2):
+            assert (await api.post("/api/v1/jobs", json=body(), headers=A)).status_code == 201
+        assert (
+            await api.post("/api/v1/cron-jobs", json=cron_body("c1"), headers=A)
+        ).status_code == 201
+        before = count_jobs(shard_dsns)
+        assert (
+            limited(await api.post("/api/v1/jobs", json=body(), headers=A), "owner_create_rate")
+            >= 60
+        )
+        batch = await api.post("/api/v1/jobs:batch", json={"jobs": [body(), body()]}, headers=A)
+        limited(batch, "owner_create_rate")
+        limited(
+            await api.post("/api/v1/cron-jobs", json=cron_body("c2"), headers=A),
+            "owner_create_rate",
+        )
+        assert count_jobs(shard_dsns) == before  # nothing written
+        # Per owner: B has its own budget, also when an operator acts for it.
+        assert (await api.post("/api/v1/jobs", json=body(), headers=B)).status_code == 201
+        assert (
+            await api.post("/api/v1/jobs?owner=svc-b", json=body(), headers=OP)
+        ).status_code == 201
+
+
+async def test_pending_jobs_quota_counts_the_shards(shard_dsns: list[str]) -> None:
+    settings = settings_for(shard_dsns, owner_create_rate=0, owner_max_pending_jobs=4)
+    async for api in client_for(settings):
+        made = await api.post(
+            "/api/v1/jobs:batch", json={"jobs": [body() for _ in range(3)]}, headers=A
+        )
+        ids = [x["jobId"] for x in made.json()["results"]]
+        limited(
+            await api.post("/api/v1/jobs:batch", json={"jobs": [body(), body()]}, headers=A),
+            "owner_max_pending_jobs",
+        )
+        assert (await api.post("/api/v1/jobs", json=body(), headers=A)).status_code == 201
+        limited(await api.post("/api/v1/jobs", json=body(), headers=A), "owner_max_pending_jobs")
+        assert (await api.post("/api/v1/jobs", json=body(), headers=B)).status_code == 201
+    # Another API process knows the owner's jobs from the shards' count.
+    app = api_app(settings)
+    async with app.router.lifespan_context(app):
+        ctx = app.state.ctx
+        await ctx.limits.refresh(ctx.store, ctx.crons)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+            limited(
+                await api.post("/api/v1/jobs", json=body(), headers=A), "owner_max_pending_jobs"
+            )
+            for jid in ids[:2]:  # finished jobs leave the quota at the next count
+                assert (await api.delete(f"/api/v1/jobs/{jid}", headers=A)).status_code == 200
+            await ctx.limits.refresh(ctx.store, ctx.crons)
+            made = await api.post("/api/v1/jobs:batch", json={"jobs": [body(), body()]}, headers=A)
+            assert [x["status"] for x in made.json()["results"]] == [201, 201]
+
+
+async def test_cron_quota_and_manual_triggers(shard_dsns: list[str]) -> None:
+    settings = settings_for(shard_dsns, owner_create_rate=0, owner_max_crons=2)
+    async for api in client_for(settings):
+        first = await api.post("/api/v1/cron-jobs", json=cron_body("one"), headers=A)
+        batch = await api.post(
+            "/api/v1/cron-jobs:batch", json={"cronJobs": [cron_body("two")]}, headers=A
+        )
+        assert first.status_code == 201 and batch.json()["results"][0]["status"] == 201
+        limited(
+            await api.post("/api/v1/cron-jobs", json=cron_body("three"), headers=A),
+            "owner_max_crons",
+        )
+        again = await api.post(
+            "/api/v1/cron-jobs:batch", json={"cronJobs": [cron_body("four")]}, headers=A
+        )
+        limited(again, "owner_max_crons")
+        # Manual runs: one per cron_min_interval_seconds (60 s) by default.
+        cid = first.json()["cronJobId"]
+        assert (await api.post(f"/api/v1/cron-jobs/{cid}/trigger", headers=A)).status_code == 201
+        retry = limited(
+            await api.post(f"/api/v1/cron-jobs/{cid}/trigger", headers=A),
+            "cron_triggers_per_minute",
+        )
+        assert 55 <= retry <= 60
+        other = batch.json()["results"][0]["cronJobId"]
+        assert (await api.post(f"/api/v1/cron-jobs/{other}/trigger", headers=A)).status_code == 201
+        runs = (await api.get(f"/api/v1/cron-jobs/{cid}/runs", headers=A)).json()["runs"]
+        assert len(runs) == 1  # the refused trigger wrote nothing

@@ -376,6 +376,25 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs
                         - (SELECT min(run_at) FROM jobs WHERE status = 'SCHEDULED'
                              AND run_at <= coalesce(%(now)s, now()))), 0) AS oldest_age;
 
+-- name: pending_by_owner
+-- For the per-owner quota: a scan of the pending tables, which the API runs
+-- every quota_refresh_seconds at most (slower when it takes long), never
+-- per create.
+SELECT owner_service AS owner, count(*) AS n
+  FROM (SELECT owner_service FROM jobs
+        UNION ALL SELECT owner_service FROM jobs_far) pending
+ GROUP BY owner_service
+ ORDER BY n DESC
+ LIMIT %(limit)s;
+
+-- name: crons_by_owner
+-- An index-only scan of cron_jobs_name_uq (owner_service, name).
+SELECT owner_service AS owner, count(*) AS n
+  FROM cron_jobs
+ GROUP BY owner_service
+ ORDER BY n DESC
+ LIMIT %(limit)s;
+
 -- name: worker_beat
 INSERT INTO worker_beats (worker_id, last_seen) VALUES (%(worker)s, now())
 ON CONFLICT (worker_id) DO UPDATE SET last_seen = excluded.last_seen;
