@@ -8,19 +8,21 @@ would validate again; the response models still document it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Header, Request
-from fastapi.routing import APIRoute
+from fastapi import APIRouter, Header
 from pydantic import ValidationError
 from starlette.responses import Response
+from starlette.types import Scope
 
 import shardmap
 from cluster.api.batches import Results, item_failure, json_response, write_shards
 from cluster.api.context import ApiContext, Ctx, Owner
+from cluster.api.problems import problem_for, problem_response
 from cluster.api.schemas import (
     AttemptOut,
     BatchCreateJobsIn,
@@ -45,7 +47,7 @@ from cluster.model import (
     RescheduleParams,
 )
 
-__all__ = ["job_id_text", "job_out", "parse_job_id", "router"]
+__all__ = ["CREATE_PATH", "create_fast", "job_id_text", "job_out", "parse_job_id", "router"]
 
 router = APIRouter(tags=["jobs"])
 _BATCH_KEY_FIELD = {"idempotencyKey"}
@@ -130,7 +132,12 @@ class _Prepared:
 
 
 def _prepare(
-    ctx: ApiContext, owner: str, body: CreateJobIn, key: str | None, now: datetime, digest: str | None
+    ctx: ApiContext,
+    owner: str,
+    body: CreateJobIn,
+    key: str | None,
+    now: datetime,
+    digest: str | None,
 ) -> _Prepared:
     """The checks a body's schema cannot make: target policy, payload size."""
     target = body.target.model_dump(exclude_none=True)
@@ -173,48 +180,60 @@ async def _create_one(
     )
 
 
-class _CreateJobRoute(APIRoute):
-    """The create route, with a fast path for the common request.
+CREATE_PATH = "/api/v1/jobs"
 
-    FastAPI's generic request handling (solving the dependencies, reading
-    each declared header, decoding the JSON, then validating it) was half of
-    a create's CPU in the application. A request with a JSON body that
-    validates is served here directly: one ``model_validate_json``, two
-    header reads. Anything else (no or another content type, a body that
-    does not validate) takes FastAPI's own path, so every error answer is
-    exactly the one the declared endpoint gives, and so is the OpenAPI
-    document, made from the declaration."""
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        standard = super().get_route_handler()
+async def create_fast(ctx: ApiContext, scope: Scope, body: bytes) -> Response | None:
+    """The create's fast path, for the common request: a JSON body that
+    validates. ``None`` for anything else, which FastAPI's declared route
+    then answers (so every error answer, and the OpenAPI document, are the
+    declared endpoint's).
 
-        async def handler(request: Request) -> Response:
-            headers = request.headers
-            content_type = headers.get("content-type", "")
-            if content_type.partition(";")[0].strip().lower() == "application/json":
-                try:
-                    body = CreateJobIn.model_validate_json(await request.body())
-                except ValidationError:
-                    return await standard(request)
-                ctx: ApiContext = request.app.state.ctx
-                # An operator acting for an owner says so in the query string;
-                # the usual create has none, and parses nothing here.
-                acting_for = request.query_params.get("owner") if request.scope["query_string"] else None
-                owner = ctx.owner_for(headers.get("authorization"), acting_for)
-                return await _create_one(ctx, owner, body, headers.get("idempotency-key"))
-            return await standard(request)
-
-        return handler
+    The API middleware calls this before FastAPI's stack: its generic
+    request handling (the middleware layers, routing, solving the
+    dependencies, reading each declared header, decoding the JSON, then
+    validating it) was most of a create's CPU in the application. Here it
+    is one ``model_validate_json`` and one pass over the headers. The
+    caller has not written anything yet when this returns ``None``; once a
+    body validated, errors are answered here as problem+json, the same
+    translation FastAPI's handlers make."""
+    content_type = authorization = key = None
+    for name, value in scope["headers"]:  # the first of a repeated header, as Starlette reads it
+        if name == b"content-type":
+            content_type = value if content_type is None else content_type
+        elif name == b"authorization":
+            authorization = value.decode("latin-1") if authorization is None else authorization
+        elif name == b"idempotency-key":
+            key = value.decode("latin-1") if key is None else key
+    if (
+        content_type is None
+        or content_type.partition(b";")[0].strip().lower() != b"application/json"
+    ):
+        return None
+    try:
+        job = CreateJobIn.model_validate_json(body)
+    except ValidationError:
+        return None
+    try:
+        # An operator acting for an owner says so in the query string; the
+        # usual create has none, and parses nothing here.
+        acting_for = None
+        if scope["query_string"]:
+            query = parse_qs(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+            acting_for = query["owner"][-1] if "owner" in query else None
+        owner = ctx.owner_for(authorization, acting_for)
+        return await _create_one(ctx, owner, job, key)
+    except VakitError as exc:
+        return problem_response(*problem_for(exc, where=CREATE_PATH))
 
 
 router.add_api_route(
-    "/api/v1/jobs",
+    CREATE_PATH,
     create_job,
     methods=["POST"],
     status_code=201,
     response_model=CreateJobOut,
     responses={200: {"model": CreateJobOut, "description": "An idempotent repeat."}},
-    route_class_override=_CreateJobRoute,
 )
 
 
