@@ -288,6 +288,7 @@ class MemStore:
                         payload_json=json.dumps(j.payload),
                         lease_until=row.lease_until,
                         cron_id=j.cron_id,
+                        owner=j.owner,
                     )
                 )
             return out

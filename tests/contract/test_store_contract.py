@@ -311,6 +311,7 @@ async def test_claim_marks_running_and_bumps_attempt(h: Harness) -> None:
     [c] = jobs
     assert (c.attempt, c.max_attempts, c.type, c.run_at) == (1, 3, "TEST", p.run_at)
     assert c.target == p.target and c.payload_json.replace(" ", "") == '{"n":1}'
+    assert c.owner == p.owner  # whose grants apply and whose secret signs the firing
     # The lease covers the job's timeout (capped by the configured lease).
     assert c.lease_until == h.now() + timedelta(seconds=20)
     assert await h.store.claim_jobs(SHARD, claim(h, "w2")) == []  # never claimed twice

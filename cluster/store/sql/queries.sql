@@ -206,7 +206,7 @@ UPDATE jobs j
 -- becomes one without a dict in between.
 RETURNING j.id, j.attempt, j.max_attempts, j.type, j.scheduled_for, j.run_at,
           j.timeout_seconds, j.target::text, j.payload::text AS payload_json, j.lease_until,
-          j.cron_id, j.concurrency, j.deadline_at;
+          j.cron_id, j.concurrency, j.deadline_at, j.owner_service;
 
 -- name: due_ahead
 -- The worker's wave forecast: SCHEDULED jobs due in each upcoming second,
