@@ -22,6 +22,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from cluster.targets.scope import DEFAULT_HEADER_DENY, Grant
+from cluster.targets.signing import decode_secret
+
 __all__ = ["Settings", "load_settings", "split_shards"]
 
 
@@ -103,6 +106,28 @@ class Settings(BaseSettings):
     )
     allow_private_targets: bool = Field(
         False, description="Allow loopback, link-local and private addresses as targets."
+    )
+    target_grants: Annotated[dict[str, list[str]], NoDecode] = Field(
+        default_factory=dict,
+        description=(
+            "Per owner, what its targets may reach: hosts, .domains, CIDRs (for literal "
+            "addresses) and kafka:topic-prefixes; owner=a|b|kafka:p,… or a TOML table."
+        ),
+    )
+    require_target_grants: bool = Field(
+        False,
+        description="Refuse HTTP (Kafka) targets to owners with no HTTP hosts (topic prefixes) granted.",
+    )
+    target_header_deny: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_HEADER_DENY),
+        description="Headers target.headers may not set (case-insensitive; 'X-Forwarded-*' is a prefix).",
+    )
+    signing_secrets: Annotated[dict[str, list[str]], NoDecode] = Field(
+        default_factory=dict,
+        description=(
+            "Per owner, the secrets firings are signed with (whsec_<base64> or text, >= 16 "
+            "bytes); two during a rotation: owner=new|old,…"
+        ),
     )
     enable_noop_target: bool = Field(False, description="Accept the NOOP target (benchmarks).")
     far_horizon_seconds: float = Field(3600.0, gt=0)
@@ -226,6 +251,52 @@ class Settings(BaseSettings):
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @field_validator("target_header_deny", mode="before")
+    @classmethod
+    def _header_list(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("target_grants", "signing_secrets", mode="before")
+    @classmethod
+    def _owner_lists(cls, value: Any) -> Any:
+        """``owner=a|b,owner2=c``, a JSON object, or a TOML table whose
+        values are lists (or ``a|b`` strings)."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("{"):
+                value = json.loads(text)
+            else:
+                pairs: dict[str, Any] = {}
+                for item in _split_list(text):
+                    key, sep, val = item.partition("=")
+                    if not sep or not key or not val:
+                        raise ValueError(f"expected owner=value|value, got {item!r}")
+                    pairs[key.strip()] = val.strip()
+                value = pairs
+        if isinstance(value, dict):
+            return {
+                owner: [p for p in items.split("|") if p] if isinstance(items, str) else items
+                for owner, items in value.items()
+            }
+        return value
+
+    @field_validator("target_grants")
+    @classmethod
+    def _check_grants(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for items in value.values():
+            Grant.parse(items)
+        return value
+
+    @field_validator("signing_secrets")
+    @classmethod
+    def _check_secrets(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for owner, secrets in value.items():
+            if not 1 <= len(secrets) <= 2:
+                raise ValueError(f"{owner}: one secret, or two during a rotation")
+            for secret in secrets:
+                decode_secret(secret)
+        return value
 
     @field_validator("api_tokens", "operator_tokens", "target_limits", mode="before")
     @classmethod

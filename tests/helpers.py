@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
+import hmac
 import json
 import threading
 import time
@@ -175,6 +178,7 @@ def claimed_job(
     payload_json: str = "{}",
     scheduled_for: datetime | None = None,
     timeout: int = 30,
+    owner: str | None = None,
 ) -> ClaimedJob:
     """A job as a worker holds it after a claim, for firing a target directly."""
     when = scheduled_for or datetime(2026, 11, 30, tzinfo=UTC)
@@ -189,6 +193,22 @@ def claimed_job(
         target=target,
         payload_json=payload_json,
         lease_until=when + timedelta(minutes=1),
+        owner=owner,
+    )
+
+
+def webhook_signatures_valid(secret: str, msg_id: str, timestamp: str, body: bytes, header: str) -> bool:
+    """A receiver's check of a Standard Webhooks signature, written from the
+    specification (not from Vakit's signer): any ``v1,`` entry of ``header``
+    that is the base64 HMAC-SHA256 of ``id.timestamp.body`` under the
+    secret (``whsec_`` + base64 of the key) verifies."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    expected = base64.b64encode(
+        hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    ).decode()
+    return any(
+        version == "v1" and hmac.compare_digest(sig, expected)
+        for version, _, sig in (entry.partition(",") for entry in header.split())
     )
 
 

@@ -32,6 +32,7 @@ from cluster.coordination.base import ClusterView
 from cluster.errors import Forbidden, InvalidRequest, PayloadTooLarge, Unauthorized
 from cluster.store.base import CronStore, Store
 from cluster.targets.policy import AddressPolicy, TargetRefused
+from cluster.targets.scope import TargetScope
 
 __all__ = [
     "ApiContext",
@@ -83,7 +84,12 @@ class ApiContext:
                 raw = token.encode()
                 self._tokens[hashlib.sha256(raw).digest()] = (raw, Principal(name, operator))
         self._verified: dict[str, Principal] = {}
-        self._allowed_urls: set[str] = set()
+        self.scope = TargetScope(
+            settings.target_grants,
+            require_grants=settings.require_target_grants,
+            header_deny=settings.target_header_deny,
+        )
+        self._allowed_urls: set[tuple[str, str]] = set()
         # Builds the ZooKeeper view of the cluster; None without ZooKeeper.
         self.view_factory = view_factory
         self.view: ClusterView | None = None  # set once the view has connected
@@ -140,25 +146,19 @@ class ApiContext:
             raise Forbidden("this view needs an operator token")
         return who
 
-    def check_target(self, target: dict[str, Any]) -> None:
-        """Targets this deployment refuses are a 422 at create time, not a
-        failure at firing time."""
+    def check_target(self, target: dict[str, Any], owner: str) -> None:
+        """Targets this deployment refuses, or does not grant ``owner``, are
+        a 422 at create time, not a failure at firing time."""
         kind = target["kind"]
-        if kind == "HTTP":
-            url = target["url"]
-            if url in self._allowed_urls:
-                return
-            try:
-                self.policy.check_url(url)
-            except TargetRefused as exc:
-                raise InvalidRequest(str(exc), field="target.url") from exc
-            # The check is a pure function of the URL, and a batch (or a
-            # client's stream of creates) sends the same few URLs again and
-            # again: remember the accepted ones, within a bound.
-            if len(self._allowed_urls) >= 10_000:
-                self._allowed_urls.clear()
-            self._allowed_urls.add(url)
-        elif kind == "NOOP" and not self.settings.enable_noop_target:
+        try:
+            if kind == "HTTP":
+                self.scope.check_headers(target.get("headers"))
+                self._check_url(target["url"], owner)
+            elif kind == "KAFKA" and self.settings.kafka_bootstrap:
+                self.scope.check_topic(owner, target["topic"])
+        except TargetRefused as exc:
+            raise InvalidRequest(str(exc), field=exc.field) from exc
+        if kind == "NOOP" and not self.settings.enable_noop_target:
             raise InvalidRequest(
                 "the NOOP target is for benchmarks and is disabled (VAKIT_ENABLE_NOOP_TARGET)",
                 field="target.kind",
@@ -168,6 +168,18 @@ class ApiContext:
                 "no Kafka cluster is configured for this Vakit (VAKIT_KAFKA_BOOTSTRAP)",
                 field="target.kind",
             )
+
+    def _check_url(self, url: str, owner: str) -> None:
+        key = (owner, url)
+        if key in self._allowed_urls:
+            return
+        self.scope.check_http(owner, self.policy.parse(url))
+        # The check is a pure function of the owner and the URL, and a batch
+        # (or a client's stream of creates) sends the same few URLs again and
+        # again: remember the accepted ones, within a bound.
+        if len(self._allowed_urls) >= 10_000:
+            self._allowed_urls.clear()
+        self._allowed_urls.add(key)
 
     def check_payload(self, payload: Any) -> None:
         limit = self.settings.max_payload_bytes

@@ -136,7 +136,7 @@ def _build(
     """A definition from its values, checked: target policy, payload size,
     a schedule that parses and fires again (within its bounds, unless
     ``may_end``: a change may end a cron)."""
-    ctx.check_target(values["target"])
+    ctx.check_target(values["target"], owner)
     ctx.check_payload(values["payload"])
     expression, zone = values["schedule"], values["time_zone"]
     month_end, dst = values["month_end_policy"], values["dst_policy"]

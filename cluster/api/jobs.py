@@ -141,7 +141,7 @@ def _prepare(
 ) -> _Prepared:
     """The checks a body's schema cannot make: target policy, payload size."""
     target = body.target.model_dump(exclude_none=True)
-    ctx.check_target(target)
+    ctx.check_target(target, owner)
     ctx.check_payload(body.payload)
     run_at = utc(body.run_at())
     far = run_at > now + timedelta(seconds=ctx.settings.far_horizon_seconds)

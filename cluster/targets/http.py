@@ -17,16 +17,19 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
+from multidict import CIMultiDict
 from yarl import URL
 
 from cluster.model import ClaimedJob
 from cluster.targets import FireResult, firing_body, idempotency_key
 from cluster.targets.policy import AddressPolicy, AddressRefused, TargetRefused
+from cluster.targets.scope import TargetScope
+from cluster.targets.signing import Signer
 
 __all__ = ["HttpTarget", "PolicyResolver", "guarded_socket_factory"]
 
@@ -98,27 +101,39 @@ class HttpTarget:
     kind = "HTTP"
     enforces_timeout = True  # aiohttp's total timeout bounds the request
 
-    def __init__(self, policy: AddressPolicy, pool_size: int = 200) -> None:
+    def __init__(
+        self,
+        policy: AddressPolicy,
+        pool_size: int = 200,
+        *,
+        scope: TargetScope | None = None,
+        signer: Signer | None = None,
+    ) -> None:
         self._policy = policy
+        self._scope = scope or TargetScope()
+        self._signer = signer or Signer()
         self._pool_size = pool_size
         self._session: aiohttp.ClientSession | None = None
-        # The policy never changes: a URL is checked once, not per firing
-        # (parsing it and its address was 4 % of a worker's CPU in an HTTP
-        # wave). Bounded, whatever the URLs.
-        self._checked: dict[str, URL | TargetRefused] = {}
+        # The policy and the grants never change: a URL is checked once per
+        # owner, not per firing (parsing it and its address was 4 % of a
+        # worker's CPU in an HTTP wave). Bounded, whatever the URLs.
+        self._checked: dict[tuple[str | None, str], URL | TargetRefused] = {}
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
-    def _parsed(self, url: str) -> URL | TargetRefused:
+    def _parsed(self, owner: str | None, url: str) -> URL | TargetRefused:
         """The URL as parsed (once) by the policy, or why it is refused."""
-        parsed = self._checked.get(url)
+        key = (owner, url)
+        parsed = self._checked.get(key)
         if parsed is None:
             if len(self._checked) >= 10_000:
                 self._checked.clear()
             try:
                 parsed = self._policy.parse(url)
+                if owner is not None:
+                    self._scope.check_http(owner, parsed)
             except TargetRefused as exc:
                 parsed = exc
-            self._checked[url] = parsed
+            self._checked[key] = parsed
         return parsed
 
     def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
@@ -146,23 +161,39 @@ class HttpTarget:
         return self._session
 
     async def fire(self, job: ClaimedJob, job_id: str, timeout: float) -> FireResult:
-        url = self._parsed(str(job.target.get("url", "")))
+        owner = job.owner
+        url = self._parsed(owner, str(job.target.get("url", "")))
         if isinstance(url, TargetRefused):
             return FireResult.permanent(str(url))
-        headers: dict[str, Any] = dict(job.target.get("headers") or {})
-        headers.update(
-            {
-                "Content-Type": "application/json",
-                "Idempotency-Key": idempotency_key(job, job_id),
-                "Vakit-Job-Id": job_id,
-                "Vakit-Scheduled-For": job.scheduled_for.isoformat().replace("+00:00", "Z"),
-                "Vakit-Attempt": str(job.attempt),
-            }
-        )
+        body = firing_body(job, job_id)
+        key = idempotency_key(job, job_id)
+        own = {
+            "Content-Type": "application/json",
+            "Idempotency-Key": key,
+            "Vakit-Job-Id": job_id,
+            "Vakit-Scheduled-For": job.scheduled_for.isoformat().replace("+00:00", "Z"),
+            "Vakit-Attempt": str(job.attempt),
+        }
+        if owner is not None:
+            own["Vakit-Owner"] = owner
+        own.update(self._signer.headers(owner, key, body))
+        headers: Mapping[str, str] = own
+        custom = job.target.get("headers")
+        if custom:
+            try:
+                # Checked again: the deny list may have grown since the create.
+                self._scope.check_headers(custom)
+            except TargetRefused as exc:
+                return FireResult.permanent(str(exc))
+            # Case-insensitive: the job's "vakit-job-id" cannot ride along
+            # beside ours.
+            merged = CIMultiDict(custom)
+            merged.update(own)
+            headers = merged
         try:
             async with self._client().post(
                 url,
-                data=firing_body(job, job_id),
+                data=body,
                 headers=headers,
                 allow_redirects=False,
                 timeout=self._timeout(timeout),

@@ -2,8 +2,10 @@
 
 The record carries the same body as the HTTP target's POST (``firing_body``),
 keyed by the target's ``key`` or else the job id (so one job's firings stay in
-one partition, in order), with the HTTP target's ``Idempotency-Key`` and
-``Vakit-*`` values as record headers.
+one partition, in order), with the HTTP target's ``Idempotency-Key``,
+``Vakit-*`` and signed ``webhook-*`` values as record headers (the signature
+covers the record's value). The owner's topic prefixes and the reserved
+topics (:mod:`cluster.targets.scope`) are checked before producing.
 
 A firing succeeds when the broker acknowledges the record (``acks=all``). Local
 timeouts, a broker that is down, leader changes and unknown topics are retried
@@ -32,6 +34,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from cluster.model import ClaimedJob
 from cluster.targets import FireResult, firing_body, idempotency_key
+from cluster.targets.policy import TargetRefused
+from cluster.targets.scope import TargetScope, check_topic_name
+from cluster.targets.signing import Signer
 
 __all__ = ["PERMANENT_ERRORS", "KafkaTarget", "classify"]
 
@@ -165,8 +170,18 @@ class KafkaTarget:
     enforces_timeout = True  # the acknowledgement wait is bounded by the job timeout
 
     def __init__(
-        self, bootstrap: str, *, flush_timeout: float = 5.0, **producer_config: Any
+        self,
+        bootstrap: str,
+        *,
+        flush_timeout: float = 5.0,
+        scope: TargetScope | None = None,
+        signer: Signer | None = None,
+        **producer_config: Any,
     ) -> None:
+        self._scope = scope or TargetScope()
+        self._signer = signer or Signer()
+        # (owner, topic) -> why it is refused, or None: the grants never change.
+        self._checked: dict[tuple[str | None, str], TargetRefused | None] = {}
         self._config: dict[str, Any] = {
             **_DEFAULT_CONFIG,
             # librdkafka's own log lines (connection refused, ...) go through
@@ -195,20 +210,42 @@ class KafkaTarget:
                 lane = self._lane = _Lane(self._config)
             return lane
 
+    def _refusal(self, owner: str | None, topic: str) -> TargetRefused | None:
+        key = (owner, topic)
+        if key not in self._checked:
+            if len(self._checked) >= 10_000:
+                self._checked.clear()  # bounded, whatever the topics
+            try:
+                if owner is None:
+                    check_topic_name(topic)
+                else:
+                    self._scope.check_topic(owner, topic)
+                self._checked[key] = None
+            except TargetRefused as exc:
+                self._checked[key] = exc
+        return self._checked[key]
+
     async def fire(self, job: ClaimedJob, job_id: str, timeout: float) -> FireResult:
         topic = job.target.get("topic")
         if not isinstance(topic, str) or not topic:
             return FireResult.permanent("KAFKA target has no topic")
+        refusal = self._refusal(job.owner, topic)
+        if refusal is not None:
+            return FireResult.permanent(str(refusal))
         key = job.target.get("key") or job_id
         scheduled_for = job.scheduled_for.isoformat().replace("+00:00", "Z")
+        value = firing_body(job, job_id)
+        ikey = idempotency_key(job, job_id)
         headers: list[tuple[str, str | bytes | None]] = [
             ("Content-Type", b"application/json"),
-            ("Idempotency-Key", idempotency_key(job, job_id).encode()),
+            ("Idempotency-Key", ikey.encode()),
             ("Vakit-Job-Id", job_id.encode()),
             ("Vakit-Scheduled-For", scheduled_for.encode()),
             ("Vakit-Attempt", str(job.attempt).encode()),
         ]
-        value = firing_body(job, job_id)
+        if job.owner is not None:
+            headers.append(("Vakit-Owner", job.owner.encode()))
+        headers.extend((name, v.encode()) for name, v in self._signer.headers(job.owner, ikey, value))
 
         loop = asyncio.get_running_loop()
         done: asyncio.Future[KafkaError | None] = loop.create_future()

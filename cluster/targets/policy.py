@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from yarl import URL
 
-__all__ = ["AddressPolicy", "AddressRefused", "TargetRefused", "is_public"]
+__all__ = ["AddressPolicy", "AddressRefused", "Network", "TargetRefused", "is_public"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -72,7 +72,12 @@ _ENDS_IN_NUMBER = re.compile(r"(^|\.)([0-9]+|0x[0-9a-f]*)\.?$")
 
 
 class TargetRefused(ValueError):
-    """The target's address is not allowed; the message says why and what to change."""
+    """The target is not allowed; the message says why and what to change,
+    ``field`` which part of the target it is about."""
+
+    def __init__(self, message: str, field: str = "target.url") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class AddressRefused(OSError):

@@ -9,6 +9,7 @@ contract (a firing reports within its timeout), never speed goals.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
 import time
@@ -33,7 +34,9 @@ from cluster.local.kafkaserver import (
 from cluster.model import ClaimedJob
 from cluster.targets import FireResult, idempotency_key
 from cluster.targets.kafka import KafkaTarget, classify
-from tests.helpers import claimed_job
+from cluster.targets.scope import TargetScope
+from cluster.targets.signing import Signer
+from tests.helpers import claimed_job, webhook_signatures_valid
 from tests.kafkafixtures import (  # noqa: F401  (fixtures, used by name)
     TOPIC_PARTITIONS,
     kafka_broker,
@@ -45,6 +48,9 @@ from tests.kafkafixtures import (  # noqa: F401  (fixtures, used by name)
 pytestmark = pytest.mark.integration
 
 SLACK = 2.0  # a loaded test machine; not a speed goal
+NEW = "whsec_" + base64.b64encode(b"new secret of the orders team!!!").decode()
+OLD = "whsec_" + base64.b64encode(b"old secret of the orders team!!!").decode()
+OTHER = "whsec_" + base64.b64encode(b"the billing team's secret, 32 B").decode()
 
 
 def claimed(
@@ -54,6 +60,7 @@ def claimed(
     attempt: int = 1,
     payload: Any = None,
     scheduled_for: datetime | None = None,
+    owner: str | None = None,
 ) -> ClaimedJob:
     # A non-UTC offset would be refused at the API; the store hands out UTC.
     when = scheduled_for or datetime(2031, 3, 4, 5, 6, 7, 890000, tzinfo=UTC)
@@ -61,7 +68,12 @@ def claimed(
     if key is not None:
         target["key"] = key
     return claimed_job(
-        target, attempt=attempt, type="test.kafka", payload_json=json.dumps(payload), scheduled_for=when
+        target,
+        attempt=attempt,
+        type="test.kafka",
+        payload_json=json.dumps(payload),
+        scheduled_for=when,
+        owner=owner,
     )
 
 
@@ -77,10 +89,13 @@ async def test_records_carry_the_http_body_key_and_headers(
             attempt=1 + i % 4,
             payload=[None, {"n": i, "text": "çağrı ✓"}, [1, 2.5, "x"], "plain"][i % 4],  # noqa: RUF001 (Turkish on purpose: non-ASCII must survive)
             scheduled_for=base + timedelta(seconds=i),
+            owner="orders",
         )
         for i in range(24)
     ]
-    target = KafkaTarget(kafka_broker.bootstrap)
+    # A rotation in progress: both secrets sign.
+    target = KafkaTarget(kafka_broker.bootstrap, signer=Signer({"orders": [NEW, OLD]}))
+    sent_after = int(time.time())
     try:
         results = [await target.fire(job, str(job.id), 10.0) for job in jobs]
     finally:
@@ -102,13 +117,25 @@ async def test_records_carry_the_http_body_key_and_headers(
             "payload": json.loads(job.payload_json),
         }
         assert record.key == (job.target.get("key") or job_id).encode()
+        signature = record.headers.pop("webhook-signature").decode()
+        timestamp = record.headers.pop("webhook-timestamp").decode()
         assert record.headers == {
             "Content-Type": b"application/json",
             "Idempotency-Key": idempotency_key(job, job_id).encode(),
             "Vakit-Job-Id": job_id.encode(),
             "Vakit-Scheduled-For": job.scheduled_for.isoformat().replace("+00:00", "Z").encode(),
             "Vakit-Attempt": str(job.attempt).encode(),
+            "Vakit-Owner": b"orders",
+            "webhook-id": idempotency_key(job, job_id).encode(),
         }
+        assert sent_after <= int(timestamp) <= time.time()
+        # The signature covers the record's value, as it is on the topic,
+        # under either secret; not under another owner's.
+        msg_id = idempotency_key(job, job_id)
+        assert len(signature.split()) == 2
+        for secret in (NEW, OLD):
+            assert webhook_signatures_valid(secret, msg_id, timestamp, record.value, signature)
+        assert not webhook_signatures_valid(OTHER, msg_id, timestamp, record.value, signature)
     # A target key keeps its firings in one partition, hence in order.
     keyed = [r for r in records if r.key == b"customer-7"]
     assert len(keyed) == 8 and len({r.partition for r in keyed}) == 1
@@ -240,7 +267,8 @@ async def test_a_record_the_broker_would_never_take_fails_at_once(
     kafka_broker: TansuBroker,  # noqa: F811
     kafka_topic: str,  # noqa: F811
 ) -> None:
-    target = KafkaTarget(kafka_broker.bootstrap, **{"message.max.bytes": 10_000})
+    config: dict[str, Any] = {"message.max.bytes": 10_000}
+    target = KafkaTarget(kafka_broker.bootstrap, **config)
     try:
         big = claimed(kafka_topic, payload="x" * 20_000)
         result = await target.fire(big, str(big.id), 5.0)
@@ -294,3 +322,30 @@ def test_a_bad_binary_override_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_p
     with pytest.raises(TansuNotFound, match="VAKIT_TANSU_BIN"):
         find_tansu()
     assert not tansu_available()
+
+
+async def test_topics_outside_the_owners_prefixes_and_reserved_ones_are_never_produced(
+    kafka_broker: TansuBroker,  # noqa: F811
+    kafka_topic: str,  # noqa: F811
+) -> None:
+    # "orders" may produce to topics starting with its prefix only; the
+    # test's topic starts with "t-", which only "audit" is granted.
+    scope = TargetScope({"orders": ["kafka:orders."], "audit": ["kafka:t-"]})
+    target = KafkaTarget(kafka_broker.bootstrap, scope=scope)
+    try:
+        refused = [
+            claimed(kafka_topic, owner="orders"),
+            claimed("__consumer_offsets", owner="audit"),
+            claimed("_schemas", owner="nobody-granted"),
+            claimed("..", owner="nobody-granted"),
+        ]
+        for job in refused:
+            result = await target.fire(job, str(job.id), 5.0)
+            assert not result.ok and not result.retryable, result
+        assert read_topic(kafka_broker.bootstrap, kafka_topic) == []
+        granted = claimed(kafka_topic, owner="audit")
+        assert (await target.fire(granted, str(granted.id), 10.0)).ok
+    finally:
+        await target.close()
+    [record] = read_topic(kafka_broker.bootstrap, kafka_topic)
+    assert record.header("Vakit-Owner") == "audit"
