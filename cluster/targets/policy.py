@@ -203,7 +203,9 @@ class AddressPolicy:
 
     def _check_literal(self, address: IPAddress, host: str) -> None:
         self.check_address(address, host)
-        if not self._empty and not self._network_listed(address):
+        # A non-public address got past check_address only by a listed
+        # network or allow_private; a public one must be listed.
+        if not self._empty and is_public(address) and not self._network_listed(address):
             raise TargetRefused(
                 f"target {host!r} is not in the operator's allow list (VAKIT_HTTP_TARGET_ALLOW)"
             )

@@ -141,3 +141,15 @@ def test_limits_parse_and_key() -> None:
     assert target_key({"kind": "KAFKA", "topic": "orders"}) == "kafka:orders"
     with pytest.raises(ValueError):
         parse_limits({"x": "many"})
+
+
+def test_private_allowed_with_an_allow_list_takes_private_literals_only() -> None:
+    # The allow list narrows public destinations; allow_private opens the
+    # private ones (what test clusters use to reach their loopback sinks).
+    policy = AddressPolicy.from_list(["hooks.example.com"], allow_private=True)
+    policy.check_url("http://127.0.0.1:9/fire")
+    policy.check_url("http://10.1.2.3/")
+    with pytest.raises(TargetRefused):
+        policy.check_url("http://8.8.8.8/")
+    with pytest.raises(TargetRefused):
+        policy.check_url("http://169.254.169.254/")
