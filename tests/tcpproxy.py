@@ -10,6 +10,10 @@ It forwards bytes both ways and, on command, fails the way networks fail:
 * :meth:`TcpProxy.cut`: every current connection is reset; new ones are accepted.
 * :meth:`TcpProxy.refuse`: every current connection is reset and new ones are
   refused (the listening socket is closed) until :meth:`TcpProxy.restore`.
+* :meth:`TcpProxy.drop_reply_after`: an ambiguous commit. The next chunk
+  from a client that contains a pattern (``COMMIT``, an ``INSERT``) is
+  forwarded, and the connection is reset as the server's answer comes back:
+  the server did the work, the client never hears of it.
 
 Protocol agnostic: ZooKeeper, PostgreSQL, HTTP. One thread per direction per
 connection, which is plenty for tests.
@@ -53,6 +57,9 @@ class _Pipe:
         self._closed = False
         self._lock = threading.Lock()
         self._open_directions = 2
+        # Set once a chunk matching drop_reply_after() went up: the next
+        # answer down resets the connection instead.
+        self.doomed = False
 
     @property
     def aborted(self) -> bool:
@@ -104,6 +111,9 @@ class TcpProxy(StartStopContext):
         self._blackholed = False
         self._refusing = False
         self._stopped = True
+        self._drop_pattern: bytes | None = None
+        self._drop_left = 0
+        self.dropped_replies = 0
         self._inflight = 0
         self._listener: socket.socket | None = None
         self._wake_r: socket.socket | None = None
@@ -189,6 +199,22 @@ class TcpProxy(StartStopContext):
             self._close_listener()
         self._wake()
         self.cut()
+
+    def drop_reply_after(self, pattern: bytes, times: int = 1) -> None:
+        """For the next ``times`` client chunks containing ``pattern``: forward
+        the chunk, then reset the connection when the server answers, before
+        the answer reaches the client. ``times=0`` disarms."""
+        with self._cond:
+            self._drop_pattern = pattern if times > 0 else None
+            self._drop_left = times
+
+    def _arm(self, pipe: _Pipe, data: bytes) -> None:
+        with self._cond:
+            if self._drop_pattern is not None and self._drop_pattern in data:
+                self._drop_left -= 1
+                if self._drop_left <= 0:
+                    self._drop_pattern = None
+                pipe.doomed = True
 
     def restore(self) -> None:
         """Undo :meth:`blackhole` and :meth:`refuse`: forward and accept again."""
@@ -291,7 +317,7 @@ class TcpProxy(StartStopContext):
         for src, dst, name in ((downstream, upstream, "up"), (upstream, downstream, "down")):
             thread = threading.Thread(
                 target=self._pump,
-                args=(pipe, src, dst),
+                args=(pipe, src, dst, name == "up"),
                 name=f"tcpproxy-{self.port}-{name}",
                 daemon=True,
             )
@@ -299,7 +325,7 @@ class TcpProxy(StartStopContext):
                 self._threads.add(thread)
             thread.start()
 
-    def _pump(self, pipe: _Pipe, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, pipe: _Pipe, src: socket.socket, dst: socket.socket, upward: bool) -> None:
         try:
             while True:
                 try:
@@ -313,7 +339,16 @@ class TcpProxy(StartStopContext):
                 if not self._pass_gate():
                     return
                 try:
+                    if data and not upward and pipe.doomed:
+                        # The server answered what it was sent: the client
+                        # must not hear it.
+                        with self._cond:
+                            self.dropped_replies += 1
+                        pipe.reset()
+                        return
                     if data:
+                        if upward:
+                            self._arm(pipe, data)
                         dst.sendall(data)
                     elif data == b"":
                         # Half-close, so the other direction can still drain.

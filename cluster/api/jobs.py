@@ -241,7 +241,12 @@ async def _create_anywhere(
     ctx: ApiContext, params_for: Callable[[int | None], CreateJobParams]
 ) -> CreateResult:
     """A job without a key may live on any shard: when its random shard is
-    down, try another, so one shard's outage does not refuse new work."""
+    down, try another, so one shard's outage does not refuse new work.
+
+    Only when nothing reached that shard: a create whose link failed after it
+    was sent may have committed (the store has tried it again there, by its
+    id), and making it on another shard would make it twice. The 503 then
+    names the job, which a GET finds if it was made."""
     tried: set[int] = set()
     last: ShardUnavailable | None = None
     while len(tried) < ctx.shards.shard_count:
@@ -253,6 +258,14 @@ async def _create_anywhere(
         try:
             return await ctx.store.create_job(shard, params)
         except ShardUnavailable as exc:
+            if exc.maybe_written:
+                raise ShardUnavailable(
+                    f"{exc.message}: job {job_id_text(params.id)} may exist; GET it before "
+                    "creating it again",
+                    shard=shard,
+                    maybe_written=True,
+                    job_id=job_id_text(params.id),
+                ) from exc
             last = exc
     assert last is not None
     raise last

@@ -193,11 +193,20 @@ class JobOut(BaseModel):
 def fingerprint(body: BaseModel, exclude: set[str] | None = None) -> str:
     """A stable digest of a request, to tell a repeat from a reuse of a key.
 
-    The digest is stored with the key, so its recipe never changes: a repeat
-    sent after an upgrade must still match the first request."""
-    canonical = json.dumps(
-        body.model_dump(mode="json", exclude=exclude), sort_keys=True, separators=(",", ":")
-    )
+    ``runAt`` counts as the instant it names, not its spelling: ``…09:30:00Z``
+    and ``…12:30:00+03:00`` are one request. The instant is written as UTC
+    with ``Z`` and no zero fraction, which is how most clients spell it, so
+    the digests of such requests are the ones stored before this rule; a key
+    first used with another spelling before it answers a repeat with 409.
+    The digest is stored with the key, so its recipe must not change again:
+    a repeat sent after an upgrade must still match the first request."""
+    data = body.model_dump(mode="json", exclude=exclude)
+    run_at = data.get("runAt")
+    if isinstance(run_at, str):
+        data["runAt"] = (
+            parse_rfc3339(run_at, "runAt").astimezone(UTC).isoformat().replace("+00:00", "Z")
+        )
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

@@ -466,8 +466,8 @@ class MemStore:
         self, shard: int, params: MaintainHistoryParams
     ) -> MaintenanceResult:
         """History and attempt-log entries of days past the retention go, as
-        PostgreSQL drops their day partitions; so do keys of jobs no longer
-        pending. No partitions to make here."""
+        PostgreSQL drops their day partitions; so do keys of jobs neither
+        pending nor in the history. No partitions to make here."""
         s = self._shard(shard)
         async with self._lock:
             today = params.today or self._now().date()
@@ -484,7 +484,11 @@ class MemStore:
                     s.attempts[job_id] = kept
                 else:
                     del s.attempts[job_id]
-            for key in [k for k, v in s.keys.items() if v.created_at < before and v.job_id not in s.rows]:
+            for key in [
+                k
+                for k, v in s.keys.items()
+                if v.created_at < before and v.job_id not in s.rows and v.job_id not in s.history
+            ]:
                 del s.keys[key]
                 result.purged_keys += 1
             return result

@@ -7,8 +7,10 @@ no driver exception leaves this module.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -19,7 +21,7 @@ from psycopg import sql
 from psycopg.rows import dict_row, scalar_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from cluster.errors import Conflict, NotFound
+from cluster.errors import Conflict, NotFound, ShardUnavailable
 from cluster.model import (
     AttemptRecord,
     BacklogParams,
@@ -55,6 +57,9 @@ from cluster.store.sql import QUERIES
 __all__ = ["BACKLOG_CAP", "PgStore"]
 
 BACKLOG_CAP = 1_000_000
+# Between the tries of a create whose first try's link failed after it was
+# sent; bounded by the shard's request timeout.
+_AGAIN_PAUSES = (0.0, 0.2, 0.5, 1.0, 2.0)
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +85,15 @@ def _claimed_row(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
     def make(values: Sequence[Any]) -> ClaimedJob:
         id_, attempt, max_attempts, type_, scheduled_for, run_at, timeout, target, *rest = values
         return ClaimedJob(
-            id_, attempt, max_attempts, type_, scheduled_for, run_at, timeout, _target(target), *rest
+            id_,
+            attempt,
+            max_attempts,
+            type_,
+            scheduled_for,
+            run_at,
+            timeout,
+            _target(target),
+            *rest,
         )
 
     return make
@@ -94,29 +107,93 @@ class PgStore(PgShards):
     @wrap_exceptions
     async def create_job(self, shard: int, params: CreateJobParams) -> CreateResult:
         row = _job_row(params)
+        sessions: list[int] = []
+        try:
+            return await self._create_once(shard, params, row, sessions)
+        except ShardUnavailable as exc:
+            if not exc.maybe_written:
+                raise
+            return await self._create_again(shard, params, row, sessions, exc)
+
+    async def _create_once(
+        self,
+        shard: int,
+        params: CreateJobParams,
+        row: dict[str, Any],
+        sessions: list[int],
+        again: bool = False,
+    ) -> CreateResult:
+        """One try; ``sessions`` gets the server session it used."""
         if params.idempotency_key is None:
             # One statement in autocommit: a transaction around it would add
             # a BEGIN and a COMMIT round trip, a third of a create's API CPU.
-            await self.fetch(shard, "insert_far_job" if params.far else "insert_job", row)
+            name = "insert_job_again" if again else "insert_far_job" if params.far else "insert_job"
+            started = time.perf_counter()
+            try:
+                async with self.connection(shard) as conn:
+                    sessions.append(conn.pgconn.backend_pid)
+                    await conn.execute(QUERIES[name], row)
+            finally:
+                self._observe(shard, name, time.perf_counter() - started)
             return CreateResult(_record_from_params(params), created=True)
-        async with self.connection(shard) as conn, conn.transaction(), conn.cursor() as cur:
-            if params.idempotency_key is not None:
+        async with self.connection(shard) as conn:
+            sessions.append(conn.pgconn.backend_pid)
+            async with conn.transaction(), conn.cursor() as cur:
                 await cur.execute(QUERIES["insert_job_key"], row)
                 if await cur.fetchone() is None:
                     # The key exists (a concurrent repeat waited on our unique
-                    # index and now sees the committed row).
+                    # index and now sees the committed row, or our own first
+                    # try committed before its link failed).
                     await cur.execute(QUERIES["get_job_key"], row)
                     found = await cur.fetchone()
                     assert found is not None
                     first_id, fingerprint = found
+                    if first_id == params.id:
+                        return CreateResult(_record_from_params(params), created=True)
                     if fingerprint != params.fingerprint:
                         raise _key_reused(params, shard)
                     existing = await self._get(conn, first_id, params.owner, with_attempts=False)
                     if existing is None:
                         raise _key_expired(params, shard)
                     return CreateResult(existing, created=False)
-            await cur.execute(QUERIES["insert_far_job" if params.far else "insert_job"], row)
+                await cur.execute(QUERIES["insert_far_job" if params.far else "insert_job"], row)
         return CreateResult(_record_from_params(params), created=True)
+
+    async def _create_again(
+        self,
+        shard: int,
+        params: CreateJobParams,
+        row: dict[str, Any],
+        sessions: list[int],
+        first: ShardUnavailable,
+    ) -> CreateResult:
+        """The link failed after a create was sent: it may have committed.
+
+        Retried on the same shard only, where it finds its own first try:
+        the job's id is the keyless create's idempotency key (``insert_job_again``
+        inserts nothing when the id exists, finished jobs included), and a
+        keyed create recognises its own job under its key. The sessions of
+        the failed tries are ended first, so a statement the network still
+        holds cannot run after this decision. Still unreachable within the
+        shard's request bound: the error stays ``maybe_written``."""
+        deadline = time.monotonic() + self.request_timeout
+        last = first
+        for pause in _AGAIN_PAUSES:
+            if time.monotonic() + pause > deadline:
+                break
+            await asyncio.sleep(pause)
+            try:
+                while sessions:
+                    await self.fetch(shard, "end_session", {"pid": sessions[-1]})
+                    sessions.pop()
+                return await self._create_once(
+                    shard, params, {**row, "far": params.far}, sessions, again=True
+                )
+            except ShardUnavailable as exc:
+                last = exc
+        raise ShardUnavailable(
+            f"{last.message}; the create may have been committed", shard=shard, maybe_written=True
+        ) from last
 
     @wrap_exceptions
     async def create_jobs(
@@ -147,7 +224,10 @@ class PgStore(PgShards):
             rows = await self.fetch(
                 shard,
                 "get_jobs_by_keys",
-                {"owners": [p.owner for p in repeats], "keys": [p.idempotency_key for p in repeats]},
+                {
+                    "owners": [p.owner for p in repeats],
+                    "keys": [p.idempotency_key for p in repeats],
+                },
             )
             for r in rows:
                 job = _record_from_row(r) if r["id"] is not None else None
@@ -196,7 +276,13 @@ class PgStore(PgShards):
         return _record_from_row(row, attempts)
 
     async def _change(
-        self, shard: int, job_id: uuid.UUID, owner: str, names: tuple[str, str], params: dict[str, Any], verb: str
+        self,
+        shard: int,
+        job_id: uuid.UUID,
+        owner: str,
+        names: tuple[str, str],
+        params: dict[str, Any],
+        verb: str,
     ) -> JobRecord:
         async with self.connection(shard) as conn:
             # Far first, then near: the direction a job moves in, so a job the
@@ -381,7 +467,10 @@ class PgStore(PgShards):
             cutoff = today - timedelta(days=params.retention_days)
             cur = await conn.execute(
                 QUERIES["ensure_partitions"],
-                {"from": today - timedelta(days=1), "to": today + timedelta(days=params.days_ahead)},
+                {
+                    "from": today - timedelta(days=1),
+                    "to": today + timedelta(days=params.days_ahead),
+                },
             )
             made = await cur.fetchone()
             result.made_partitions = made[0] if made else 0

@@ -706,3 +706,22 @@ async def test_history_and_keys_expire_after_the_retention(h: Harness) -> None:
     # ...while a pending job keeps its key, however old.
     again = await h.store.create_job(SHARD, job(h, key="pending"))
     assert not again.created and again.job.id == pending.id
+
+
+async def test_a_key_lives_as_long_as_its_jobs_history(h: Harness) -> None:
+    # A job that waited 35 days: its key is older than the retention when it
+    # finishes, and must stay as long as the job's history does.
+    days = 24 * 3600
+    waited = await create(h, key="waited", run_at=h.now() + timedelta(days=35), far=True)
+    await h.store.move_far_jobs(SHARD, MoveFarParams(3600, 100, now=h.now() + timedelta(days=35)))
+    [c] = await h.store.claim_jobs(SHARD, claim(h, at=35 * days))
+    assert c.id == waited.id
+    await finish(h, result(h, c), at=35 * days)
+    later = MaintainHistoryParams(retention_days=30, today=h.now().date() + timedelta(days=40))
+    out = await h.store.maintain_history(SHARD, later)
+    assert out.purged_keys == 0
+    again = await h.store.create_job(SHARD, job(h, key="waited"))
+    assert not again.created and again.job.id == waited.id
+    # Once the history is gone too, so is the key.
+    gone = MaintainHistoryParams(retention_days=30, today=h.now().date() + timedelta(days=70))
+    assert (await h.store.maintain_history(SHARD, gone)).purged_keys == 1

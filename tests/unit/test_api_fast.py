@@ -171,6 +171,23 @@ async def test_idempotent_repeat_and_conflict(api: httpx.AsyncClient, store: Mem
     assert sum(len(s.rows) for s in store._shards) == 2
 
 
+async def test_a_repeat_is_the_same_instant_however_it_is_written(
+    api: httpx.AsyncClient, store: MemStore
+) -> None:
+    headers = {**A, "Idempotency-Key": "same-instant"}
+    first = await api.post("/api/v1/jobs", json=body(runAt="2031-05-04T09:30:00Z"), headers=headers)
+    assert first.status_code == 201, first.text
+    spellings = ("2031-05-04T12:30:00+03:00", "2031-05-04T09:30:00.000+00:00", "2031-05-04T04:00:00-05:30")
+    for spelling in spellings:
+        repeat = await api.post("/api/v1/jobs", json=body(runAt=spelling), headers=headers)
+        assert repeat.status_code == 200, (spelling, repeat.text)
+        assert repeat.json()["jobId"] == first.json()["jobId"]
+    # Another instant under the key is another request.
+    moved = await api.post("/api/v1/jobs", json=body(runAt="2031-05-04T09:31:00Z"), headers=headers)
+    assert_problem(moved, 409)
+    assert sum(len(s.rows) for s in store._shards) == 1
+
+
 async def test_problem_shapes(api: httpx.AsyncClient, store: MemStore) -> None:
     invalid = assert_problem(await api.post("/api/v1/jobs", json=body(maxAttempts=0), headers=A), 422)
     assert invalid["title"] == "Invalid request" and invalid["detail"].startswith("maxAttempts: ")

@@ -38,6 +38,47 @@ INSERT INTO jobs_far (id, owner_service, idempotency_key, type, cron_id, schedul
 VALUES (%(id)s, %(owner)s, %(key)s, %(type)s, %(cron_id)s, %(scheduled_for)s, %(run_at)s,
         %(max_attempts)s, %(timeout_seconds)s, %(target_kind)s, %(target)s, %(payload)s);
 
+-- name: insert_job_again
+-- A create once more, after its first try's link failed with the statement
+-- sent (an ambiguous commit). The job's id is the create's own idempotency
+-- key: nothing is inserted when the first try committed, wherever the job is
+-- by now (near, far, or finished already). Only this rare retry pays for the
+-- history lookup (the primary key of each day).
+WITH found AS (
+    SELECT id FROM jobs WHERE id = %(id)s
+    UNION ALL SELECT id FROM jobs_far WHERE id = %(id)s
+    UNION ALL SELECT id FROM job_history WHERE id = %(id)s
+), near AS (
+    INSERT INTO jobs (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+                  max_attempts, timeout_seconds, target_kind, target, payload)
+    SELECT %(id)s::uuid, %(owner)s::varchar, %(key)s::varchar, %(type)s::varchar, %(cron_id)s::uuid,
+           %(scheduled_for)s::timestamptz, %(run_at)s::timestamptz, %(max_attempts)s::int,
+           %(timeout_seconds)s::int, %(target_kind)s::varchar, %(target)s::jsonb, %(payload)s::jsonb
+     WHERE NOT %(far)s AND NOT EXISTS (SELECT 1 FROM found)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING 1
+), far AS (
+    INSERT INTO jobs_far (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+                  max_attempts, timeout_seconds, target_kind, target, payload)
+    SELECT %(id)s::uuid, %(owner)s::varchar, %(key)s::varchar, %(type)s::varchar, %(cron_id)s::uuid,
+           %(scheduled_for)s::timestamptz, %(run_at)s::timestamptz, %(max_attempts)s::int,
+           %(timeout_seconds)s::int, %(target_kind)s::varchar, %(target)s::jsonb, %(payload)s::jsonb
+     WHERE %(far)s AND NOT EXISTS (SELECT 1 FROM found)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM near) + (SELECT count(*) FROM far) AS inserted;
+
+-- name: end_session
+-- Ends the server session of a create whose link failed after the create was
+-- sent, before it is tried again: a statement the network still holds (TCP
+-- retransmits what an abandoned socket had sent) must not run after the
+-- retry decided. Waits up to a second for it to exit. Only a session of this
+-- role on this database: a pid reused since is most likely not one.
+SELECT pg_terminate_backend(pid, 1000) AS ended FROM pg_stat_activity
+ WHERE pid = %(pid)s AND usename = current_user AND datname = current_database()
+   AND pid <> pg_backend_pid();
+
 -- name: insert_jobs_batch
 -- A batch of creates in one statement (the batch API): the idempotency
 -- ledger first, then the near and far tables, each one set-based insert. A
@@ -425,12 +466,15 @@ WITH h AS (DELETE FROM job_history_default WHERE finished_at < %(before)s RETURN
 SELECT (SELECT count(*) FROM h) + (SELECT count(*) FROM a) AS purged;
 
 -- name: purge_job_keys
--- Keys outlive their job's history only while the job is still pending.
+-- A key lives as long as its job and the job's history: a job that waited
+-- longer than the retention keeps its key while it is pending and for the
+-- retention after it finished (the history lookup is each day's primary key).
 DELETE FROM job_keys
  WHERE ctid IN (SELECT k.ctid FROM job_keys k
                  WHERE k.created_at < %(before)s
                    AND NOT EXISTS (SELECT 1 FROM jobs WHERE id = k.job_id)
                    AND NOT EXISTS (SELECT 1 FROM jobs_far WHERE id = k.job_id)
+                   AND NOT EXISTS (SELECT 1 FROM job_history WHERE id = k.job_id)
                  LIMIT %(limit)s);
 
 -- name: schema_version
