@@ -10,7 +10,9 @@ the operator allowed them *by name*, so they pass the create-time check, and
 only the check of the address actually connected to stops them.
 
 A control URL, with loopback granted as a CIDR, does reach the listener: the
-corpus passes because of the policy, not because nothing could connect.
+corpus passes because of the policy, not because nothing could connect. The
+last test runs the names through the API and a worker on real shards: the
+jobs end FAILED at their first attempt, with the reason, and nothing arrives.
 """
 
 from __future__ import annotations
@@ -27,11 +29,16 @@ import pytest
 
 from cluster.api.app import create_app
 from cluster.config import Settings
+from cluster.coordination.base import StaticCoordinator
+from cluster.service import build_targets
 from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
+from cluster.store.postgres import PgStore
 from cluster.targets.http import HttpTarget, guarded_socket_factory
 from cluster.targets.policy import AddressPolicy
-from tests.helpers import claimed_job
+from cluster.worker.worker import Worker
+from tests.helpers import claimed_job, eventually
+from tests.integration.test_api import client_for
 
 HOSTNAME = socket.gethostname()
 
@@ -268,3 +275,57 @@ async def test_the_socket_factory_alone_refuses_loopback(listener: Listener, hos
 )
 def test_public_targets_stay_allowed(url: str) -> None:
     AddressPolicy.from_list([], allow_private=False).check_url(url)
+
+
+async def test_a_name_that_slips_through_create_fails_at_fire_and_nothing_arrives(
+    listener: Listener, shard_dsns: list[str], store: PgStore
+) -> None:
+    # The whole path on real shards: the API accepts the operator-allowed
+    # names, a worker built as `vakit worker` builds it claims and fires
+    # them, and each job ends FAILED at its first attempt (a refusal is not
+    # retried) with the reason, while the listener hears nothing.
+    settings = Settings(
+        shards=shard_dsns,
+        api_tokens={"token-a": "svc-a"},
+        http_target_allow=ALLOWED_NAMES,
+        allow_private_targets=False,
+        lease_seconds=2,
+        lease_grace_seconds=1,
+        poll_interval=0.1,
+        complete_linger=0,
+    )
+    before = len(listener.peers)
+    auth = {"Authorization": "Bearer token-a"}
+    async for client in client_for(settings):
+        ids = []
+        for name in ("localhost", HOSTNAME):
+            body = {
+                "type": "ssrf",
+                "runAt": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                "target": {"kind": "HTTP", "url": f"http://{name}:{listener.port}/"},
+                "maxAttempts": 3,
+            }
+            r = await client.post("/api/v1/jobs", json=body, headers=auth)
+            assert r.status_code == 201, r.text
+            ids.append(r.json()["jobId"])
+        worker = Worker(
+            settings, store, StaticCoordinator("w-ssrf", len(shard_dsns)), build_targets(settings),
+            worker_id="w-ssrf",
+        )  # fmt: skip
+        worker.start()
+
+        async def finished() -> bool:
+            jobs = [(await client.get(f"/api/v1/jobs/{i}", headers=auth)).json() for i in ids]
+            return all(j["status"] == "FAILED" for j in jobs)
+
+        try:
+            await eventually(finished, 30, 0.1, "the jobs to fail")
+        finally:
+            await worker.stop(grace=1)
+            for target in worker.targets.values():
+                await target.close()
+        for job_id in ids:
+            job = (await client.get(f"/api/v1/jobs/{job_id}", headers=auth)).json()
+            assert job["attempt"] == 1
+            assert "refused addresses" in job["lastError"] and "not a public address" in job["lastError"]
+    assert listener.peers[before:] == []
