@@ -314,7 +314,7 @@ async def test_a_name_that_slips_through_create_fails_at_fire_and_nothing_arrive
         )  # fmt: skip
         worker.start()
 
-        async def finished() -> bool:
+        async def finished(client: httpx.AsyncClient = client, ids: list[str] = ids) -> bool:
             jobs = [(await client.get(f"/api/v1/jobs/{i}", headers=auth)).json() for i in ids]
             return all(j["status"] == "FAILED" for j in jobs)
 
