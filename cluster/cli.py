@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from cluster.cli_client import register as register_client_commands
 from cluster.config import Settings, load_settings
 from cluster.logs import setup_logging
 from cluster.store.dsn import mask_dsn, shard_problems
@@ -190,6 +191,10 @@ def status(config: str | None, as_json: bool) -> None:
             "; ".join(f"shard {s['shard']} unreachable: {s['error']}" for s in failing)
             + "; check VAKIT_SHARDS and that those servers are up"
         )
+
+
+# jobs, crons, dlq, completion: the HTTP client commands (cluster/cli_client).
+register_client_commands(main)
 
 
 @main.group()
