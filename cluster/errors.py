@@ -15,6 +15,8 @@ __all__ = [
     "Conflict",
     "CoordinationUnavailable",
     "Forbidden",
+    "IdempotencyKeyInFlight",
+    "IdempotencyKeyReused",
     "InvalidRequest",
     "NotFound",
     "Overloaded",
@@ -69,6 +71,15 @@ class NotFound(VakitError):
 
 class Conflict(VakitError):
     """The resource's state or an earlier request forbids this one."""
+
+
+class IdempotencyKeyReused(Conflict):
+    """An ``Idempotency-Key`` sent again with another request body: the key
+    names a different request, nothing was changed."""
+
+
+class IdempotencyKeyInFlight(Conflict):
+    """An ``Idempotency-Key`` whose first request is still being served."""
 
 
 class Overloaded(VakitError):

@@ -30,7 +30,13 @@ from cluster.api import crons as cron_routes
 from cluster.api import jobs as job_routes
 from cluster.api import ops as ops_routes
 from cluster.api.context import ApiContext
-from cluster.api.problems import install_handlers, problem_for, problem_response
+from cluster.api.problems import (
+    install_handlers,
+    problem_for,
+    problem_response,
+    strict_json_problem,
+)
+from cluster.api.strictjson import StrictJsonError, check_body, check_query
 from cluster.clock import Clock, SystemClock
 from cluster.config import Settings
 from cluster.coordination.base import ClusterView
@@ -44,6 +50,7 @@ log = logging.getLogger(__name__)
 # A batch carries up to 1,000 jobs: its body may be this large.
 BATCH_MAX_BYTES = 16 * 1024 * 1024
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
 def create_app(
@@ -185,35 +192,32 @@ class RequestAccounting:
             await send(message)
 
         try:
-            limit = self.max_batch_body if path.endswith(":batch") else self.max_body
-            length = _content_length(scope)
-            if length is None:
-                # A chunked body says nothing of its size up front: counted
-                # as it arrives, refused (413) once past the limit.
-                receive = _limited(receive, limit)
-            if length is not None and length > limit:
-                too_large = PayloadTooLarge(
-                    f"request body is larger than {limit} bytes", size=length, limit=limit
-                )
-                await problem_response(*problem_for(too_large))(scope, receive, send_status)
-            elif self.in_flight >= self.max_in_flight and path.startswith("/api/"):
-                # Overload is refused early and cheaply, with a hint when to
-                # come back, rather than queued until every client times out.
-                busy = Overloaded(
-                    "this API process is at its concurrency limit; retry shortly", retry_after=1
-                )
-                await problem_response(*problem_for(busy))(scope, receive, send_status)
-            else:
-                self.in_flight += 1
-                try:
-                    fast = self.fast_routes.get((scope["method"], path))
-                    if fast is None:
-                        await self.app(scope, receive, send_status)
-                    else:
-                        route_label = path
-                        await self._serve_fast(fast, scope, receive, send_status)
-                finally:
-                    self.in_flight -= 1
+            refusal = self._refusal(scope, path)
+            if refusal is not None:
+                await problem_response(*refusal)(scope, receive, send_status)
+                return
+            self.in_flight += 1
+            try:
+                body: bytes | None = None
+                if scope["method"] in _WITH_BODY:
+                    try:
+                        body = await self._checked_body(path, receive)
+                    except PayloadTooLarge as exc:
+                        await problem_response(*problem_for(exc))(scope, receive, send_status)
+                        return
+                    except StrictJsonError as exc:
+                        await problem_response(strict_json_problem(exc))(scope, receive, send_status)
+                        return
+                fast = self.fast_routes.get((scope["method"], path))
+                if fast is not None and body is not None:
+                    route_label = path
+                    await self._serve_fast(fast, scope, body, receive, send_status)
+                else:
+                    if body is not None:
+                        receive = _replay(body, receive)
+                    await self.app(scope, receive, send_status)
+            finally:
+                self.in_flight -= 1
         finally:
             method = scope["method"]
             if method not in _METHODS:
@@ -223,6 +227,51 @@ class RequestAccounting:
             counter, timer = self._child(method, route_label, status)
             counter.inc()
             timer.observe(time.perf_counter() - started)
+
+    def _refusal(self, scope: Scope, path: str) -> tuple[dict[str, Any], dict[str, str]] | None:
+        """What is refused before the app sees the request, from its head alone."""
+        length = _content_length(scope)
+        limit = self.max_batch_body if path.endswith(":batch") else self.max_body
+        if length is not None and length > limit:
+            too_large = PayloadTooLarge(f"request body is larger than {limit} bytes", size=length, limit=limit)
+            return problem_for(too_large)
+        if self.in_flight >= self.max_in_flight and path.startswith("/api/"):
+            # Overload is refused early and cheaply, with a hint when to
+            # come back, rather than queued until every client times out.
+            busy = Overloaded("this API process is at its concurrency limit; retry shortly", retry_after=1)
+            return problem_for(busy)
+        try:
+            check_query(scope["query_string"])
+        except StrictJsonError as exc:
+            return strict_json_problem(exc), {}
+        return None
+
+    async def _checked_body(self, path: str, receive: Receive) -> bytes:
+        """The body read here, counted as it arrives (a chunked body says
+        nothing of its size up front: past the limit it is refused without
+        reading the rest), checked once against the strict JSON rules, and
+        handed to the app whole.
+
+        Every route reads its body whole anyway, so reading it here costs
+        one message's hand-off, and every route gets the same limit and
+        the same rules, whichever way it parses."""
+        limit = self.max_batch_body if path.endswith(":batch") else self.max_body
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                break
+            chunk: bytes = message.get("body", b"")
+            seen += len(chunk)
+            if seen > limit:
+                raise PayloadTooLarge(f"request body is larger than {limit} bytes", limit=limit)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        check_body(body)
+        return body
 
     def _child(self, method: str, route: str, status: int) -> tuple[Counter, Histogram]:
         key = (method, route, status)
@@ -237,13 +286,8 @@ class RequestAccounting:
         return child
 
     async def _serve_fast(
-        self, fast: FastRoute, scope: Scope, receive: Receive, send: Send
+        self, fast: FastRoute, scope: Scope, body: bytes, receive: Receive, send: Send
     ) -> None:
-        try:
-            body = await _read_body(receive)
-        except PayloadTooLarge as exc:
-            await problem_response(*problem_for(exc, where=scope["path"]))(scope, receive, send)
-            return
         response = await fast(scope, body)
         if response is None:
             await self.app(scope, _replay(body, receive), send)
@@ -251,46 +295,19 @@ class RequestAccounting:
             await response(scope, receive, send)
 
 
-async def _read_body(receive: Receive) -> bytes:
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
 def _replay(body: bytes, receive: Receive) -> Receive:
     """``receive`` for an app that reads a body already read: the body
     first, then whatever the client sends next (a disconnect)."""
-    pending = True
+    pending: Message | None = {"type": "http.request", "body": body, "more_body": False}
 
     async def replay() -> Message:
         nonlocal pending
-        if pending:
-            pending = False
-            return {"type": "http.request", "body": body, "more_body": False}
+        if pending is not None:
+            message, pending = pending, None
+            return message
         return await receive()
 
     return replay
-
-
-def _limited(receive: Receive, limit: int) -> Receive:
-    seen = 0
-
-    async def limited() -> Message:
-        nonlocal seen
-        message = await receive()
-        if message["type"] == "http.request":
-            seen += len(message.get("body", b""))
-            if seen > limit:
-                raise PayloadTooLarge(f"request body is larger than {limit} bytes", limit=limit)
-        return message
-
-    return limited
 
 
 def _content_length(scope: Scope) -> int | None:

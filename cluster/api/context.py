@@ -90,6 +90,8 @@ class ApiContext:
             header_deny=settings.target_header_deny,
         )
         self._allowed_urls: set[tuple[str, str]] = set()
+        # (owner, Idempotency-Key) of the keyed creates this process is serving.
+        self.keys_in_flight: set[tuple[str, str]] = set()
         # Builds the ZooKeeper view of the cluster; None without ZooKeeper.
         self.view_factory = view_factory
         self.view: ClusterView | None = None  # set once the view has connected

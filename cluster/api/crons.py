@@ -429,7 +429,14 @@ async def preview_cron(
         start = cron.start_at - timedelta(microseconds=1)
     remaining = None if cron.max_runs is None else max(0, cron.max_runs - cron.run_count)
     limit = count if remaining is None else min(count, remaining)
-    fires = list(schedule_of(cron).fires(start, count=limit, until=cron.end_at))
+    try:
+        fires = list(schedule_of(cron).fires(start, count=limit, until=cron.end_at))
+    except (OverflowError, ValueError) as exc:
+        # Near the end of the calendar a slot falls past year 9999.
+        raise InvalidRequest(
+            f"the next {count} fire instants after {from_ or 'now'} are not all before year 10000",
+            field="from",
+        ) from exc
     end = None
     if len(fires) < count:
         if remaining is not None and len(fires) == remaining:

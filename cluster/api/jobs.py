@@ -36,7 +36,14 @@ from cluster.api.schemas import (
     parse_rfc3339,
 )
 from cluster.clock import utc
-from cluster.errors import Conflict, InvalidRequest, NotFound, ShardUnavailable, VakitError
+from cluster.errors import (
+    Conflict,
+    IdempotencyKeyInFlight,
+    InvalidRequest,
+    NotFound,
+    ShardUnavailable,
+    VakitError,
+)
 from cluster.model import (
     CancelParams,
     CreateJobParams,
@@ -167,17 +174,36 @@ async def _create_one(
     digest = fingerprint(body) if idempotency_key is not None else None
     job = _prepare(ctx, owner, body, idempotency_key, ctx.clock.now(), digest)
     ctx.limits.admit_jobs(owner)
-    if job.key is not None:
+    if job.key is None:
+        result = await _create_anywhere(ctx, job.params)
+        return _created(ctx, owner, result)
+    # The Idempotency-Key draft: a repeat while the first request with the
+    # key is still being served is a 409, not a wait.
+    in_flight = (owner, job.key)
+    if in_flight in ctx.keys_in_flight:
+        raise IdempotencyKeyInFlight(
+            "a request with this Idempotency-Key is still being served; retry once it has "
+            "been answered",
+            idempotency_key=job.key,
+        )
+    ctx.keys_in_flight.add(in_flight)
+    try:
         params = job.params(job.slot)
         result = await ctx.store.create_job(ctx.shards.shard_of(params.id), params)
-    else:
-        result = await _create_anywhere(ctx, job.params)
+    finally:
+        ctx.keys_in_flight.discard(in_flight)
+    return _created(ctx, owner, result)
+
+
+def _created(ctx: ApiContext, owner: str, result: CreateResult) -> Response:
+    body = {"jobId": job_id_text(result.job.id), "status": result.job.status.value}
     if result.created:
         ctx.limits.created_jobs(owner, 1)
-    return json_response(
-        {"jobId": job_id_text(result.job.id), "status": result.job.status.value},
-        201 if result.created else 200,
-    )
+        return json_response(body, 201)
+    response = json_response(body, 200)
+    # What the draft suggests to tell a replay from a first answer.
+    response.headers["Idempotent-Replayed"] = "true"
+    return response
 
 
 CREATE_PATH = "/api/v1/jobs"

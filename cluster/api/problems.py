@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,10 +21,13 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from cluster.api.strictjson import StrictJsonError
 from cluster.errors import (
     Conflict,
     CoordinationUnavailable,
     Forbidden,
+    IdempotencyKeyInFlight,
+    IdempotencyKeyReused,
     InvalidRequest,
     NotFound,
     Overloaded,
@@ -35,14 +39,18 @@ from cluster.errors import (
 )
 
 __all__ = [
+    "KINDS",
     "PROBLEM",
     "PROBLEMS",
     "ProblemKind",
     "install_handlers",
     "kind_of",
+    "log_internal",
     "problem_body",
     "problem_for",
     "problem_response",
+    "problem_type",
+    "strict_json_problem",
     "validation_problem",
 ]
 
@@ -52,30 +60,78 @@ PROBLEM = "application/problem+json"
 
 @dataclass(frozen=True)
 class ProblemKind:
+    """One kind of error as clients see it: its status, its title and its
+    problem ``type``, ``/problems/<slug>`` (see :func:`problem_type`)."""
+
     status: int
     title: str
-    type: str = "about:blank"
+    slug: str
     # Internal errors answer with a generic detail and no fields: what went
     # wrong is logged, not shown to the client.
     internal: bool = False
 
+    @property
+    def type(self) -> str:
+        return problem_type(self.slug)
+
+
+def problem_type(slug: str) -> str:
+    """The problem ``type`` of a kind: a relative reference, ``/problems/<slug>``.
+
+    Vakit is deployed under each operator's own host names, so an absolute
+    URI would need a domain the project keeps forever; a relative reference
+    resolves against the API that sent the problem (RFC 9457, 3.1.1), which
+    serves the kind's page there (``GET /problems/<slug>``, from
+    ``docs/problems/<slug>.md``). The slugs are part of the API: they never
+    change, new kinds get new ones."""
+    return f"/problems/{slug}"
+
+
+MALFORMED_JSON = ProblemKind(400, "Malformed JSON", "malformed-json")
+INVALID_REQUEST = ProblemKind(422, "Invalid request", "invalid-request")
+PAYLOAD_TOO_LARGE = ProblemKind(413, "Payload too large", "payload-too-large")
+UNAUTHORIZED = ProblemKind(401, "Unauthorized", "unauthorized")
+FORBIDDEN = ProblemKind(403, "Forbidden", "forbidden")
+NOT_FOUND = ProblemKind(404, "Not found", "not-found")
+METHOD_NOT_ALLOWED = ProblemKind(405, "Method not allowed", "method-not-allowed")
+CONFLICT = ProblemKind(409, "Conflict", "conflict")
+KEY_REUSED = ProblemKind(422, "Idempotency-Key reused", "idempotency-key-reused")
+KEY_IN_FLIGHT = ProblemKind(409, "Idempotency-Key in flight", "idempotency-key-in-flight")
+TOO_MANY_REQUESTS = ProblemKind(429, "Too many requests", "too-many-requests")
+SHARD_UNAVAILABLE = ProblemKind(503, "Shard unavailable", "shard-unavailable")
+COORDINATION_UNAVAILABLE = ProblemKind(503, "Coordination unavailable", "coordination-unavailable")
+INTERNAL = ProblemKind(500, "Internal error", "internal-error", internal=True)
 
 # The one table. Lookup walks the exception's MRO, so the most specific class
-# wins: PayloadTooLarge (413) before InvalidRequest (422), and
+# wins: PayloadTooLarge (413) before InvalidRequest (422), IdempotencyKeyReused
+# (422, as the Idempotency-Key draft asks) before Conflict (409), and
 # cluster.cron.schedule.InvalidSchedule, an InvalidRequest, is a 422.
 PROBLEMS: dict[type[VakitError], ProblemKind] = {
-    PayloadTooLarge: ProblemKind(413, "Payload too large"),
-    InvalidRequest: ProblemKind(422, "Invalid request"),
-    Unauthorized: ProblemKind(401, "Unauthorized"),
-    Forbidden: ProblemKind(403, "Forbidden"),
-    NotFound: ProblemKind(404, "Not found"),
-    Conflict: ProblemKind(409, "Conflict"),
-    Overloaded: ProblemKind(429, "Too many requests"),
-    ShardUnavailable: ProblemKind(503, "Shard unavailable"),
-    CoordinationUnavailable: ProblemKind(503, "Coordination unavailable"),
-    StoreError: ProblemKind(500, "Internal error", internal=True),
-    VakitError: ProblemKind(500, "Internal error", internal=True),
+    PayloadTooLarge: PAYLOAD_TOO_LARGE,
+    InvalidRequest: INVALID_REQUEST,
+    Unauthorized: UNAUTHORIZED,
+    Forbidden: FORBIDDEN,
+    NotFound: NOT_FOUND,
+    IdempotencyKeyReused: KEY_REUSED,
+    IdempotencyKeyInFlight: KEY_IN_FLIGHT,
+    Conflict: CONFLICT,
+    Overloaded: TOO_MANY_REQUESTS,
+    ShardUnavailable: SHARD_UNAVAILABLE,
+    CoordinationUnavailable: COORDINATION_UNAVAILABLE,
+    StoreError: INTERNAL,
+    VakitError: INTERNAL,
 }
+# Every kind the API can answer with, by slug: the OpenAPI document lists
+# them, and each has its page in docs/problems/.
+KINDS: dict[str, ProblemKind] = {
+    k.slug: k
+    for k in (
+        MALFORMED_JSON, INVALID_REQUEST, PAYLOAD_TOO_LARGE, UNAUTHORIZED, FORBIDDEN, NOT_FOUND,
+        METHOD_NOT_ALLOWED, CONFLICT, KEY_REUSED, KEY_IN_FLIGHT, TOO_MANY_REQUESTS,
+        SHARD_UNAVAILABLE, COORDINATION_UNAVAILABLE, INTERNAL,
+    )
+}  # fmt: skip
+_BY_STATUS = {403: FORBIDDEN, 404: NOT_FOUND, 405: METHOD_NOT_ALLOWED, 413: PAYLOAD_TOO_LARGE, 400: MALFORMED_JSON}
 _INTERNAL_DETAIL = "an unexpected error occurred; it has been logged"
 _by_class: dict[type[BaseException], ProblemKind] = {}
 
@@ -85,19 +141,14 @@ def kind_of(exc: BaseException) -> ProblemKind:
     cls = type(exc)
     kind = _by_class.get(cls)
     if kind is None:
-        kind = next(
-            (PROBLEMS[c] for c in cls.__mro__ if c in PROBLEMS),
-            ProblemKind(500, "Internal error", internal=True),
-        )
+        kind = next((PROBLEMS[c] for c in cls.__mro__ if c in PROBLEMS), INTERNAL)
         _by_class[cls] = kind
     return kind
 
 
-def problem_body(
-    status: int, title: str, detail: str, type_: str = "about:blank", **fields: Any
-) -> dict[str, Any]:
+def problem_body(kind: ProblemKind, detail: str, **fields: Any) -> dict[str, Any]:
     # Extension members never override the standard ones (RFC 9457).
-    return {**fields, "type": type_, "title": title, "status": status, "detail": detail}
+    return {**fields, "type": kind.type, "title": kind.title, "status": kind.status, "detail": detail}
 
 
 def problem_for(exc: BaseException, *, where: str = "") -> tuple[dict[str, Any], dict[str, str]]:
@@ -107,8 +158,8 @@ def problem_for(exc: BaseException, *, where: str = "") -> tuple[dict[str, Any],
     kind = kind_of(exc)
     headers: dict[str, str] = {}
     if kind.internal or not isinstance(exc, VakitError):
-        log.error("internal error: %s", exc, exc_info=exc, extra={"path": where})
-        return problem_body(kind.status, kind.title, _INTERNAL_DETAIL, kind.type), headers
+        log_internal(exc, where)
+        return problem_body(INTERNAL, _INTERNAL_DETAIL), headers
     if isinstance(exc, ShardUnavailable):
         headers["Retry-After"] = str(exc.retry_after)
         log.warning("shard unavailable", extra={"shard": exc.shard, "path": where})
@@ -116,7 +167,33 @@ def problem_for(exc: BaseException, *, where: str = "") -> tuple[dict[str, Any],
         headers["Retry-After"] = str(exc.retry_after)
     elif isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
-    return problem_body(kind.status, kind.title, exc.message, kind.type, **exc.fields), headers
+    return problem_body(kind, exc.message, **exc.fields), headers
+
+
+def log_internal(exc: BaseException, where: str) -> None:
+    """Log an unexpected error without a byte of the request in it.
+
+    An exception's message may quote what it choked on (PostgreSQL quotes
+    the JSON it refused, an encoder the string), and that is a tenant's
+    payload: the line carries the classes, the structured fields a
+    :class:`VakitError` names (shard, sqlstate) and the frames of the
+    traceback, never a message."""
+    chain: list[str] = []
+    frames: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 5:
+        chain.append(f"{type(seen).__module__}.{type(seen).__qualname__}")
+        frames.extend(
+            f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_tb(seen.__traceback__)
+        )
+        seen = seen.__cause__ or seen.__context__
+    fields = exc.fields if isinstance(exc, VakitError) else {}
+    safe = {k: v for k, v in fields.items() if k in ("shard", "sqlstate", "constraint")}
+    log.error(
+        "internal error: %s",
+        " <- ".join(chain),
+        extra={"path": where, "frames": frames[-30:], **safe},
+    )
 
 
 def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
@@ -125,7 +202,10 @@ def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None
 
 
 def validation_problem(errors: list[Any]) -> dict[str, Any]:
-    """A 422 (or 400 for JSON that does not parse) from pydantic's errors."""
+    """A 422 (or 400 for JSON that does not parse) from pydantic's errors.
+
+    Only pydantic's location and message are kept: its ``input`` (the value
+    refused, a tenant's data) never leaves, in the answer or in a log."""
     fields = [
         {
             "field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"),
@@ -134,10 +214,20 @@ def validation_problem(errors: list[Any]) -> dict[str, Any]:
         for e in errors
     ]
     if any(e.get("type") == "json_invalid" for e in errors):
-        return problem_body(400, "Malformed JSON", "the request body is not valid JSON", errors=fields)
+        return problem_body(MALFORMED_JSON, "the request body is not valid JSON", errors=fields)
     first = fields[0] if fields else {"field": "", "message": "invalid request"}
     detail = f"{first['field']}: {first['message']}" if first["field"] else first["message"]
-    return problem_body(422, "Invalid request", detail, errors=fields)
+    return problem_body(INVALID_REQUEST, detail, errors=fields)
+
+
+def strict_json_problem(exc: StrictJsonError) -> dict[str, Any]:
+    """A body or query string that breaks the strict JSON rules: 400 when it
+    is not JSON at all, 422 when it is but cannot be stored."""
+    if exc.malformed:
+        return problem_body(MALFORMED_JSON, exc.message)
+    fields = {"field": exc.field} if exc.field else {}
+    detail = f"{exc.field}: {exc.message}" if exc.field else exc.message
+    return problem_body(INVALID_REQUEST, detail, **fields)
 
 
 def install_handlers(app: FastAPI) -> None:
@@ -151,12 +241,16 @@ def install_handlers(app: FastAPI) -> None:
         return problem_response(validation_problem(list(exc.errors())))
 
     async def http_error(request: Request, exc: Exception) -> Response:
+        # Starlette's own: no route (404), a method the route has not (405),
+        # a body FastAPI could not read (400).
         assert isinstance(exc, StarletteHTTPException)
-        return problem_response(problem_body(exc.status_code, str(exc.detail), str(exc.detail)))
+        kind = _BY_STATUS.get(exc.status_code, INVALID_REQUEST)
+        headers = dict(exc.headers or {})
+        return problem_response(problem_body(kind, str(exc.detail)), headers)
 
     async def unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error", exc_info=exc, extra={"path": request.url.path})
-        return problem_response(problem_body(500, "Internal error", _INTERNAL_DETAIL))
+        log_internal(exc, request.url.path)
+        return problem_response(problem_body(INTERNAL, _INTERNAL_DETAIL))
 
     app.add_exception_handler(VakitError, vakit_error)
     app.add_exception_handler(RequestValidationError, invalid)

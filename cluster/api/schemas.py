@@ -24,6 +24,8 @@ from pydantic import (
 )
 
 __all__ = [
+    "EARLIEST",
+    "LATEST",
     "MAX_BATCH",
     "AttemptOut",
     "BatchCreateJobsIn",
@@ -70,9 +72,22 @@ def _parse_rfc3339(value: str, name: str) -> datetime:
     # Python parses at most 6 fractional digits: drop the nanoseconds.
     text = re.sub(r"(\.\d{6})\d+", r"\1", text)
     try:
-        return datetime.fromisoformat(text)
+        parsed = datetime.fromisoformat(text)
     except ValueError as exc:
         raise ValueError(f"{name} is not a valid date and time: {value!r}") from exc
+    # Compared as aware instants (no arithmetic, so no OverflowError):
+    # 0001-01-01T00:30+01:00 is before year 1 in UTC, and every later step
+    # (to UTC, + a horizon, a cron's next slot) would overflow.
+    if not EARLIEST <= parsed < LATEST:
+        raise ValueError(
+            f"{name} must be from {format_utc(EARLIEST)} and before {format_utc(LATEST)}"
+        )
+    return parsed
+
+
+# The instants the API accepts: later steps add hours or years to them.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 Rfc3339 = Annotated[str, Field(json_schema_extra={"format": "date-time"})]

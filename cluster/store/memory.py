@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from cluster.clock import Clock, SystemClock
-from cluster.errors import Conflict, NotFound
+from cluster.errors import Conflict, IdempotencyKeyReused, NotFound
 from cluster.model import (
     AttemptRecord,
     BacklogParams,
@@ -142,7 +142,7 @@ class MemStore:
             found = s.keys.get(key)
             if found is not None:
                 if found.fingerprint != params.fingerprint:
-                    raise Conflict(
+                    raise IdempotencyKeyReused(
                         "Idempotency-Key was already used with a different request body; "
                         "use a new key for a different job",
                         idempotency_key=params.idempotency_key,

@@ -21,7 +21,7 @@ from psycopg import sql
 from psycopg.rows import dict_row, scalar_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from cluster.errors import Conflict, NotFound, ShardUnavailable
+from cluster.errors import Conflict, IdempotencyKeyReused, NotFound, ShardUnavailable
 from cluster.model import (
     AttemptRecord,
     BacklogParams,
@@ -492,7 +492,7 @@ class PgStore(PgShards):
 
 
 def _key_reused(p: CreateJobParams, shard: int) -> Conflict:
-    return Conflict(
+    return IdempotencyKeyReused(
         "Idempotency-Key was already used with a different request body; "
         "use a new key for a different job",
         idempotency_key=p.idempotency_key,

@@ -90,11 +90,13 @@ async def test_mixed_batch_gets_a_result_per_job_and_stores_each_once(
     assert r.status_code == 200, r.text
     results = r.json()["results"]
     assert [x["index"] for x in results] == list(range(len(jobs)))
-    expected = [201] * 40 + [422, 422, 200, 409, 200, 409, 413, 422, 201, 422]
+    # A key reused with another body is a 422 (the Idempotency-Key draft).
+    expected = [201] * 40 + [422, 422, 200, 422, 200, 422, 413, 422, 201, 422]
     assert [x["status"] for x in results] == expected
     assert results[42]["jobId"] == results[23]["jobId"]
     assert results[44]["jobId"] == single.json()["jobId"]
     assert "Idempotency-Key" in results[43]["problem"]["detail"]
+    assert results[45]["problem"]["type"] == "/problems/idempotency-key-reused"
     for x in results:
         if x["status"] >= 400:
             assert x["problem"]["status"] == x["status"] and x["problem"]["detail"]

@@ -18,7 +18,7 @@ import pytest
 from fastapi import FastAPI
 
 from cluster.api.app import create_app
-from cluster.api.problems import kind_of, problem_for
+from cluster.api.problems import KINDS, kind_of, problem_for
 from cluster.config import Settings
 from cluster.cron.schedule import InvalidSchedule
 from cluster.errors import (
@@ -105,7 +105,8 @@ def assert_problem(r: httpx.Response, status: int) -> dict[str, Any]:
     assert r.status_code == status, r.text
     assert r.headers["content-type"].startswith(PROBLEM)
     problem: dict[str, Any] = r.json()
-    assert problem["status"] == status and problem["type"] == "about:blank"
+    assert problem["status"] == status
+    assert problem["type"] in {k.type for k in KINDS.values() if k.status == status}
     assert problem["title"] and problem["detail"]
     return problem
 
@@ -161,10 +162,14 @@ async def test_idempotent_repeat_and_conflict(api: httpx.AsyncClient, store: Mem
     repeat = await api.post("/api/v1/jobs", json=body(), headers=headers)
     assert (first.status_code, repeat.status_code) == (201, 200)
     assert first.json() == repeat.json()
+    # The Idempotency-Key draft: a replay says so, a reuse with another body is a 422.
+    assert repeat.headers["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in first.headers
     other = assert_problem(
-        await api.post("/api/v1/jobs", json=body(payload={"orderId": 1}), headers=headers), 409
+        await api.post("/api/v1/jobs", json=body(payload={"orderId": 1}), headers=headers), 422
     )
     assert "Idempotency-Key" in other["detail"]
+    assert other["type"] == "/problems/idempotency-key-reused"
     # The key is per owner: B's same key is B's own job.
     b = await api.post("/api/v1/jobs", json=body(), headers={**B, "Idempotency-Key": "order-98213"})
     assert b.status_code == 201 and b.json()["jobId"] != first.json()["jobId"]
@@ -291,7 +296,7 @@ async def test_batch_gives_each_job_its_own_result(api: httpx.AsyncClient, store
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
     results = r.json()["results"]
     assert [x["index"] for x in results] == list(range(len(jobs)))
-    assert [x["status"] for x in results] == [201, 422, 201, 200, 409, 200, 413, 422, 422, 422]
+    assert [x["status"] for x in results] == [201, 422, 201, 200, 422, 200, 413, 422, 422, 422]
     assert results[3]["jobId"] == results[2]["jobId"]
     assert results[5]["jobId"] == single.json()["jobId"]
     assert results[1]["problem"]["errors"][0]["field"] == "maxAttempts"
@@ -499,3 +504,61 @@ async def test_a_chunked_body_over_the_limit_is_refused(api: httpx.AsyncClient, 
     ok = await api.post("/api/v1/jobs", content=one_chunk(), headers={**A, "Content-Type": "application/json"})
     assert ok.status_code == 201
     assert sum(len(s.rows) for s in store._shards) == 1
+
+
+# -- the Idempotency-Key draft and internal errors ------------------------------
+
+
+class HeldStore(FlakyShardStore):
+    """A MemStore whose single creates wait for ``gate`` once it is set up."""
+
+    gate: Any = None
+
+    async def create_job(self, shard: int, params: Any) -> CreateResult:
+        if self.gate is not None:
+            await self.gate.wait()
+        return await super().create_job(shard, params)
+
+
+async def test_a_key_in_flight_is_409_and_the_first_still_wins() -> None:
+    import asyncio
+
+    store = HeldStore(2)
+    store.gate = asyncio.Event()
+    app = create_app(settings(), store=store, crons=MemCronStore(store))
+    async for api in serve(app):
+        headers = {**A, "Idempotency-Key": "in-flight"}
+        first = asyncio.create_task(api.post("/api/v1/jobs", json=body(), headers=headers))
+        await asyncio.sleep(0.05)  # the first is now waiting inside the store
+        second = assert_problem(await api.post("/api/v1/jobs", json=body(), headers=headers), 409)
+        assert second["type"] == "/problems/idempotency-key-in-flight"
+        # Another owner's same key is its own request, not in flight.
+        other = asyncio.create_task(api.post("/api/v1/jobs", json=body(), headers={**B, "Idempotency-Key": "in-flight"}))
+        store.gate.set()
+        assert (await first).status_code == 201 and (await other).status_code == 201
+        third = await api.post("/api/v1/jobs", json=body(), headers=headers)
+        assert third.status_code == 200 and third.headers["Idempotent-Replayed"] == "true"
+        assert third.json()["jobId"] == (await first).json()["jobId"]
+        assert sum(len(s.rows) for s in store._shards) == 2
+
+
+class BrokenStore(FlakyShardStore):
+    async def get_job(self, shard: int, params: GetJobParams) -> Any:
+        # What a driver error quoting the tenant's data looks like once translated.
+        raise StoreError('shard 0: DataError: invalid json: {"secret": "TENANT-DATA-42"}', shard=shard, sqlstate="22P02")
+
+
+async def test_an_internal_error_logs_no_byte_of_the_request(caplog: pytest.LogCaptureFixture) -> None:
+    store = BrokenStore(2)
+    app = create_app(settings(), store=store, crons=MemCronStore(store))
+    async for api in serve(app):
+        r = await api.get("/api/v1/jobs/job_01M8NDCRQPEVT9TKBNSP4S1NEN", headers=A)
+        problem = assert_problem(r, 500)
+        assert "TENANT-DATA-42" not in r.text
+    assert problem["type"] == "/problems/internal-error"
+    errors = [rec for rec in caplog.records if rec.levelname == "ERROR"]
+    assert len(errors) == 1
+    line = errors[0]
+    assert "TENANT-DATA-42" not in caplog.text and line.exc_info is None
+    assert "StoreError" in line.getMessage() and getattr(line, "sqlstate", None) == "22P02"
+    assert any("get_job" in frame for frame in line.frames)  # type: ignore[attr-defined]
