@@ -158,6 +158,7 @@ async def test_cron_inputs_near_the_ends_of_time_are_422(
     cron = {
         "name": "yearly",
         "schedule": "@yearly",
+        "timeZone": "UTC",
         "target": {"kind": "HTTP", "url": "https://hooks.example.com/y"},
     }
     created = await api.post("/api/v1/cron-jobs", json=cron, headers=A)
@@ -181,7 +182,7 @@ async def test_cron_inputs_near_the_ends_of_time_are_422(
         assert r.status_code in (400, 422)
         assert_refused(r, r.status_code, caplog)
     for raw in (b'"payload":{"v":NaN}', rb'"payload":{"v":"\\u0000","w":"\u0000"}'):
-        text = b'{"name":"raw","schedule":"@daily","target":{"kind":"NOOP"},' + raw + b"}"
+        text = b'{"name":"raw","schedule":"@daily","timeZone":"UTC","target":{"kind":"NOOP"},' + raw + b"}"
         r = await api.post("/api/v1/cron-jobs", content=text, headers=JSON)
         assert r.status_code in (400, 422)
         assert_refused(r, r.status_code, caplog)
