@@ -189,7 +189,7 @@ async def test_a_repeat_is_the_same_instant_however_it_is_written(
         assert repeat.json()["jobId"] == first.json()["jobId"]
     # Another instant under the key is another request.
     moved = await api.post("/api/v1/jobs", json=body(runAt="2031-05-04T09:31:00Z"), headers=headers)
-    assert_problem(moved, 409)
+    assert_problem(moved, 422)  # the Idempotency-Key draft: reuse is a 422
     assert sum(len(s.rows) for s in store._shards) == 1
 
 
