@@ -175,6 +175,13 @@ class TargetScope:
 
     def check_http(self, owner: str, url: URL) -> None:
         """``url`` as the policy parsed it (:meth:`AddressPolicy.parse`)."""
+        if (url.raw_user or url.raw_password) and "Authorization" in self._deny:
+            # The client turns user:password@ into an Authorization header.
+            raise TargetRefused(
+                "credentials in the target url are an Authorization header, which "
+                "target.headers may not set either (VAKIT_TARGET_HEADER_DENY)",
+                field="target.url",
+            )
         grant = self.grants.get(owner)
         host = (url.raw_host or "").lower().rstrip(".")
         if grant is None or not grant.http:

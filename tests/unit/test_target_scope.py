@@ -148,6 +148,20 @@ async def test_credential_hop_by_hop_and_own_headers_are_refused(
     assert repr(header) in detail
 
 
+async def test_credentials_in_the_url_count_as_an_authorization_header(
+    api: tuple[httpx.AsyncClient, MemStore],
+) -> None:
+    client, store = api
+    for url in ("https://user:pw@api.orders.example.com/x", "https://user@api.orders.example.com/x"):
+        detail = await refused(client, store, ORDERS, http(url), "target.url")
+        assert "Authorization" in detail
+    async for lenient, _ in serve(settings(target_header_deny=["Cookie"])):
+        r = await lenient.post(
+            "/api/v1/jobs", json=job(http("https://user:pw@api.orders.example.com/x")), headers=ORDERS
+        )
+        assert r.status_code == 201, r.text
+
+
 async def test_crons_are_checked_alike(api: tuple[httpx.AsyncClient, MemStore]) -> None:
     client, _ = api
     cron = {
