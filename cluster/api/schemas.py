@@ -107,9 +107,16 @@ class _Strict(BaseModel):
 
 class HttpTargetIn(_Strict):
     kind: Literal["HTTP"]
-    url: str = Field(min_length=1, max_length=2048)
+    url: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="An absolute http(s) URL, ASCII, its host among those granted to the "
+        "owner; addresses that are not public are refused unless the operator allows them.",
+    )
     headers: dict[str, str] | None = Field(
-        None, description="Extra request headers (Vakit's own headers always win)."
+        None,
+        description="Extra request headers. Credentials, hop-by-hop and forwarding headers "
+        "(the operator's deny list), Vakit-* and Webhook-* are refused.",
     )
 
     @field_validator("headers")
@@ -131,7 +138,11 @@ class HttpTargetIn(_Strict):
 
 class KafkaTargetIn(_Strict):
     kind: Literal["KAFKA"]
-    topic: str = Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    topic: str = Field(
+        pattern=r"^[A-Za-z0-9._-]{1,249}$",
+        description="Starts with a prefix granted to the owner; names starting with '_', "
+        "'.' and '..' are refused.",
+    )
     key: str | None = Field(None, max_length=1024)
 
 
