@@ -26,6 +26,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cluster import __version__, metrics
+from cluster.api import cron_actions, job_actions
 from cluster.api import crons as cron_routes
 from cluster.api import jobs as job_routes
 from cluster.api import ops as ops_routes
@@ -114,8 +115,10 @@ def create_app(
         },
     )
     app.include_router(job_routes.router)
+    app.include_router(job_actions.router)
     app.include_router(ops_routes.router)
     app.include_router(cron_routes.router)
+    app.include_router(cron_actions.router)
     return app
 
 

@@ -153,6 +153,9 @@ class CronOut(BaseModel):
     skippedCount: int
     createdAt: UtcDatetime | None
     updatedAt: UtcDatetime | None
+    paused: bool = False
+    pausedAt: UtcDatetime | None = None
+    pauseReason: str | None = None
 
 
 class CronListOut(BaseModel):

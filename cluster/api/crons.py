@@ -46,7 +46,7 @@ from cluster.model import (
     TriggerCronParams,
 )
 
-__all__ = ["cron_out", "definition_fingerprint", "router"]
+__all__ = ["cron_out", "definition_fingerprint", "load_cron", "router"]
 
 router = APIRouter(tags=["cron-jobs"])
 # The Unix epoch anchors fixed-rate schedules: `every 15m` fires at :00, :15, …
@@ -105,6 +105,9 @@ def cron_out(c: CronRecord, shard: int) -> CronOut:
         skippedCount=c.skipped_count,
         createdAt=c.created_at,
         updatedAt=c.updated_at,
+        paused=c.paused_at is not None,
+        pausedAt=c.paused_at,
+        pauseReason=c.pause_reason,
     )
 
 
@@ -237,7 +240,7 @@ def _new_cron(
     return cron, ctx.shards.shard_of_slot(slot)
 
 
-async def _load(ctx: ApiContext, cron_job_id: str, owner: str) -> tuple[CronRecord, int]:
+async def load_cron(ctx: ApiContext, cron_job_id: str, owner: str) -> tuple[CronRecord, int]:
     cron_id, shard = _parse_id(ctx, cron_job_id)
     cron = await ctx.crons.get(shard, GetCronParams(cron_id, owner))
     if cron is None:
@@ -340,14 +343,14 @@ async def list_crons(
 
 @router.get("/api/v1/cron-jobs/{cron_job_id}", response_model=CronOut)
 async def get_cron(cron_job_id: str, ctx: Ctx, owner: Owner) -> CronOut:
-    cron, shard = await _load(ctx, cron_job_id, owner)
+    cron, shard = await load_cron(ctx, cron_job_id, owner)
     return cron_out(cron, shard)
 
 
 @router.patch("/api/v1/cron-jobs/{cron_job_id}", response_model=CronOut)
 async def patch_cron(cron_job_id: str, body: PatchCronIn, ctx: Ctx, owner: Owner) -> CronOut:
     """Change the definition; applies to occurrences not yet created."""
-    cron, shard = await _load(ctx, cron_job_id, owner)
+    cron, shard = await load_cron(ctx, cron_job_id, owner)
     given = body.model_dump(exclude_unset=True)
     values = {
         "schedule": given.get("schedule", cron.schedule).strip(),
@@ -398,7 +401,7 @@ async def delete_cron(cron_job_id: str, ctx: Ctx, owner: Owner) -> Response:
 )
 async def trigger_cron(cron_job_id: str, ctx: Ctx, owner: Owner) -> TriggerOut:
     """One extra occurrence now, with its own scheduledFor."""
-    cron, shard = await _load(ctx, cron_job_id, owner)
+    cron, shard = await load_cron(ctx, cron_job_id, owner)
     ctx.limits.admit_trigger(cron.id_text)
     now = ctx.clock.now()
     when = now.replace(microsecond=now.microsecond // 1000 * 1000)
@@ -417,7 +420,7 @@ async def preview_cron(
     count: int = Query(10, ge=1, le=1000),
 ) -> PreviewOut:
     """The next ``count`` fire instants strictly after ``from``, with DST notes."""
-    cron, _ = await _load(ctx, cron_job_id, owner)
+    cron, _ = await load_cron(ctx, cron_job_id, owner)
     start = ctx.clock.now()
     if from_ is not None:
         try:
@@ -456,7 +459,7 @@ async def cron_runs(
     cron_job_id: str, ctx: Ctx, owner: Owner, limit: int = Query(50, ge=1, le=500)
 ) -> RunsOut:
     """Recent occurrences, newest first, with status, attempts and lateness."""
-    cron, shard = await _load(ctx, cron_job_id, owner)
+    cron, shard = await load_cron(ctx, cron_job_id, owner)
     runs = await ctx.crons.runs(shard, CronRunsParams(cron.id, limit))
     return RunsOut(
         runs=[

@@ -101,6 +101,9 @@ def job_out(job: JobRecord, shard: int) -> JobOut:
             )
             for a in job.attempts
         ],
+        paused=job.paused_at is not None,
+        pausedAt=job.paused_at,
+        pauseReason=job.pause_reason,
     )
 
 

@@ -214,6 +214,9 @@ class JobOut(BaseModel):
     createdAt: UtcDatetime | None = None
     finishedAt: UtcDatetime | None = None
     attempts: list[AttemptOut] = Field(default_factory=list)
+    paused: bool = False
+    pausedAt: UtcDatetime | None = None
+    pauseReason: str | None = None
 
 
 def fingerprint(body: BaseModel, exclude: set[str] | None = None) -> str:

@@ -1,5 +1,5 @@
 """The model of the kernel: jobs and cron jobs, their records and the
-parameter objects of the store seam (:mod:`.jobs`, :mod:`.crons`).
+parameter objects of the store seam (:mod:`.jobs`, :mod:`.crons`, :mod:`.operator`).
 
 Everything is re-exported here: callers import from ``cluster.model``.
 """
@@ -10,5 +10,7 @@ from cluster.model.crons import *  # noqa: F403
 from cluster.model.crons import __all__ as _crons
 from cluster.model.jobs import *  # noqa: F403
 from cluster.model.jobs import __all__ as _jobs
+from cluster.model.operator import *  # noqa: F403
+from cluster.model.operator import __all__ as _operator
 
-__all__ = [*_jobs, *_crons]
+__all__ = [*_jobs, *_crons, *_operator]

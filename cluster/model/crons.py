@@ -74,6 +74,8 @@ class CronRecord:
     end_at: datetime | None = None
     max_runs: int | None = None
     run_count: int = 0  # occurrences the schedule made (not manual triggers)
+    paused_at: datetime | None = None  # no slot is materialized while paused
+    pause_reason: str | None = None
 
     @property
     def id_text(self) -> str:
@@ -117,6 +119,8 @@ class CronRecord:
             end_at=row["end_at"],
             max_runs=row["max_runs"],
             run_count=row["run_count"],
+            paused_at=row.get("paused_at"),
+            pause_reason=row.get("pause_reason"),
         )
 
 

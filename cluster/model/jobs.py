@@ -136,6 +136,8 @@ class JobRecord:
     created_at: datetime | None = None
     finished_at: datetime | None = None
     attempts: tuple[AttemptRecord, ...] = ()
+    paused_at: datetime | None = None  # a paused job waits, SCHEDULED, until resumed
+    pause_reason: str | None = None
 
 
 @dataclass(frozen=True)

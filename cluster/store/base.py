@@ -17,6 +17,8 @@ from typing import Protocol
 from cluster.errors import Conflict
 from cluster.model import (
     WORKER_SEEN_SECONDS,
+    BackfillParams,
+    BackfillResult,
     BacklogParams,
     BacklogStats,
     CancelParams,
@@ -39,6 +41,7 @@ from cluster.model import (
     GetJobParams,
     HeartbeatParams,
     JobRecord,
+    JobSearchParams,
     LastSuccessParams,
     ListCronsParams,
     MaintainHistoryParams,
@@ -47,12 +50,17 @@ from cluster.model import (
     MaterializeResult,
     MoveFarParams,
     OwnerCountsParams,
+    PauseCronParams,
+    PauseJobParams,
     PendingInfo,
     PendingParams,
     ReapParams,
     ReapResult,
     ReleaseParams,
     RescheduleParams,
+    ResumeCronParams,
+    ResumeJobParams,
+    RetryJobParams,
     RevokeReplacedParams,
     TriggerCronParams,
     WaitingCronsParams,
@@ -108,6 +116,29 @@ class Store(Protocol):
 
     async def cancel_job(self, shard: int, params: CancelParams) -> JobRecord:
         """Cancel a job that has not started; Conflict otherwise, NotFound if absent."""
+        ...
+
+    async def search_jobs(self, shard: int, params: JobSearchParams) -> list[JobRecord]:
+        """A page of the owner's jobs on this shard (near, far and history),
+        newest first by id, below ``params.before``, filtered; with their
+        attempt logs when ``params.with_attempts``."""
+        ...
+
+    async def retry_job(self, shard: int, params: RetryJobParams) -> JobRecord:
+        """A finished job (of ``params.statuses``) becomes SCHEDULED again with
+        the same id and scheduled_for and a new series of attempts; its
+        attempt counter goes on, so old attempts stay fenced. NotFound if
+        absent, Conflict if it is not in one of those statuses."""
+        ...
+
+    async def pause_job(self, shard: int, params: PauseJobParams) -> JobRecord:
+        """A SCHEDULED one-shot job is held (never claimed) until resumed;
+        idempotent. Conflict once it has started or for a cron occurrence."""
+        ...
+
+    async def resume_job(self, shard: int, params: ResumeJobParams) -> JobRecord:
+        """A paused job waits for its runAt again (at once if it has passed);
+        idempotent. Conflict once it is not SCHEDULED."""
         ...
 
     async def claim_jobs(self, shard: int, params: ClaimParams) -> list[ClaimedJob]:
@@ -218,6 +249,24 @@ class CronStore(Protocol):
 
     async def runs(self, shard: int, params: CronRunsParams) -> list[CronRun]:
         """Recent occurrences (pending, far, finished), newest slot first."""
+        ...
+
+    async def pause(self, shard: int, params: PauseCronParams) -> CronRecord:
+        """No slot is materialized while paused; occurrences not yet due are
+        withdrawn and ``next_fire_at`` goes back to the earliest of them.
+        Pausing again only changes the reason. NotFound if absent."""
+        ...
+
+    async def resume(self, shard: int, params: ResumeCronParams) -> CronRecord:
+        """Slots are materialized again; those that passed while paused are
+        late, and the misfire policy decides (as after an outage)."""
+        ...
+
+    async def backfill(self, shard: int, params: BackfillParams) -> BackfillResult:
+        """Occurrences of past slots, each once by (cron_id, scheduled_for):
+        a slot that has one already is reported (``exists``), or with
+        ``rerun`` a finished one is revived with a new attempt series.
+        ``dry_run`` writes nothing. NotFound if the cron is absent."""
         ...
 
     # -- the materializer ------------------------------------------------------

@@ -36,6 +36,7 @@ from cluster.model import (
     GetJobParams,
     HeartbeatParams,
     JobRecord,
+    JobSearchParams,
     JobStatus,
     Lease,
     MaintainHistoryParams,
@@ -43,10 +44,13 @@ from cluster.model import (
     MoveFarParams,
     Outcome,
     OwnerCountsParams,
+    PauseJobParams,
     ReapParams,
     ReapResult,
     ReleaseParams,
     RescheduleParams,
+    ResumeJobParams,
+    RetryJobParams,
     RevokeReplacedParams,
     WorkerBeatParams,
     WorkersSeenParams,
@@ -119,7 +123,8 @@ class MemStore:
     def _to_history(self, s: _Shard, row: _Row, status: JobStatus, error: str | None, now: datetime) -> JobRecord:
         del s.rows[row.job.id]
         done = dataclasses.replace(
-            row.job, status=status, last_error=error or row.job.last_error, finished_at=now
+            row.job, status=status, last_error=error or row.job.last_error, finished_at=now,
+            paused_at=None, pause_reason=None,
         )
         s.history[done.id] = done
         return done
@@ -250,6 +255,124 @@ class MemStore:
         async with self._lock:
             row = self._scheduled(s, params.id, params.owner, "cancelled")
             return self._to_history(s, row, JobStatus.CANCELLED, None, self._now(params.now))
+
+    # -- operators --------------------------------------------------------
+
+    async def search_jobs(self, shard: int, params: JobSearchParams) -> list[JobRecord]:
+        s = self._shard(shard)
+        found: list[JobRecord] = []
+        for row in s.rows.values():
+            job = dataclasses.replace(row.job, finished_at=None)
+            if params.finished_from is None and params.finished_to is None and self._matches(job, params):
+                found.append(job)
+        found += [j for j in s.history.values() if self._matches(j, params)]
+        found.sort(key=lambda j: j.id, reverse=True)
+        page = found[: params.limit]
+        if params.with_attempts:
+            page = [self._get(s, j.id, j.owner, True) or j for j in page]
+        return page
+
+    @staticmethod
+    def _matches(job: JobRecord, p: JobSearchParams) -> bool:
+        def within(t: datetime | None, lo: datetime | None, hi: datetime | None) -> bool:
+            if lo is None and hi is None:
+                return True
+            return t is not None and (lo is None or t >= lo) and (hi is None or t < hi)
+
+        return (
+            job.owner == p.owner
+            and (p.before is None or job.id < p.before)
+            and (p.statuses is None or job.status in p.statuses)
+            and (p.type is None or job.type == p.type)
+            and (p.cron_id is None or job.cron_id == p.cron_id)
+            and within(job.run_at, p.run_at_from, p.run_at_to)
+            and within(job.finished_at, p.finished_from, p.finished_to)
+        )
+
+    async def retry_job(self, shard: int, params: RetryJobParams) -> JobRecord:
+        s = self._shard(shard)
+        async with self._lock:
+            now = self._now(params.now)
+            job = self._get(s, params.id, params.owner, False)
+            if job is None:
+                raise NotFound("no such job", job_id=str(params.id))
+            if job.id in s.rows or job.status not in params.statuses or job.attempt >= _MAX_ATTEMPTS:
+                if job.status in params.statuses and job.attempt >= _MAX_ATTEMPTS:
+                    raise Conflict(
+                        "job has used the 100 attempts a job may have over all its lives",
+                        job_id=str(job.id),
+                        job_status=job.status.value,
+                    )
+                allowed = " or ".join(sorted(x.value for x in params.statuses))
+                raise Conflict(
+                    f"job is {job.status.value}; only a {allowed} job can be retried",
+                    job_id=str(job.id),
+                    job_status=job.status.value,
+                )
+            # The size of the last series: since the last RETRIED mark.
+            base = max(
+                (a.attempt for a in s.attempts.get(job.id, ()) if a.outcome == "RETRIED"), default=0
+            )
+            budget = params.max_attempts or max(job.max_attempts - base, 1)
+            del s.history[job.id]
+            revived = dataclasses.replace(
+                job,
+                status=JobStatus.SCHEDULED,
+                run_at=params.run_at or now,
+                max_attempts=min(job.attempt + budget, _MAX_ATTEMPTS),
+                finished_at=None,
+            )
+            s.rows[job.id] = _Row(revived)
+            self._log(
+                s,
+                job.id,
+                AttemptRecord(
+                    job.attempt, None, None, now, "RETRIED",
+                    f"retried by {params.by}: a new series of {revived.max_attempts - job.attempt} attempts",
+                    None,
+                ),
+            )
+            return revived
+
+    def _pausable(self, s: _Shard, job_id: uuid.UUID, owner: str, verb: str) -> _Row:
+        row = s.rows.get(job_id)
+        job = row.job if row else s.history.get(job_id)
+        if job is None or job.owner != owner:
+            raise NotFound("no such job", job_id=str(job_id))
+        if job.cron_id is not None:
+            raise Conflict(
+                f"a cron job's occurrence cannot be {verb} alone; pause or resume its cron job",
+                job_id=str(job_id),
+            )
+        if row is None or job.status is not JobStatus.SCHEDULED:
+            raise Conflict(
+                f"job is {job.status.value}; it can be {verb} only while SCHEDULED",
+                job_id=str(job_id),
+                job_status=job.status.value,
+            )
+        return row
+
+    async def pause_job(self, shard: int, params: PauseJobParams) -> JobRecord:
+        s = self._shard(shard)
+        async with self._lock:
+            row = self._pausable(s, params.id, params.owner, "paused")
+            if row.job.paused_at is None:
+                # In the far table, where neither the claim nor the mover looks.
+                row.far = True
+                row.job = dataclasses.replace(
+                    row.job, paused_at=self._now(params.now), pause_reason=params.reason
+                )
+            return row.job
+
+    async def resume_job(self, shard: int, params: ResumeJobParams) -> JobRecord:
+        s = self._shard(shard)
+        async with self._lock:
+            row = self._pausable(s, params.id, params.owner, "resumed")
+            row.job = dataclasses.replace(row.job, paused_at=None, pause_reason=None)
+            edge = self._now(params.now) + timedelta(seconds=params.far_horizon_seconds)
+            if row.far and row.job.run_at <= edge:
+                row.far = False
+            return row.job
 
     # -- worker side ------------------------------------------------------
 
@@ -436,7 +559,10 @@ class MemStore:
         s = self._shard(shard)
         async with self._lock:
             edge = self._now(params.now) + timedelta(seconds=params.horizon_seconds)
-            due = sorted((r for r in s.rows.values() if r.far and r.job.run_at <= edge), key=lambda r: r.job.run_at)
+            due = sorted(
+                (r for r in s.rows.values() if r.far and r.job.paused_at is None and r.job.run_at <= edge),
+                key=lambda r: r.job.run_at,
+            )
             for row in due[: params.limit]:
                 row.far = False
             return min(len(due), params.limit)

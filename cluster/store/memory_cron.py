@@ -24,6 +24,10 @@ from datetime import datetime, timedelta
 
 from cluster.errors import Conflict, NotFound
 from cluster.model import (
+    TERMINAL,
+    BackfillParams,
+    BackfillResult,
+    BackfillSlot,
     CreateJobParams,
     CronRecord,
     CronRun,
@@ -41,8 +45,11 @@ from cluster.model import (
     MaterializeResult,
     Occurrence,
     OwnerCountsParams,
+    PauseCronParams,
     PendingInfo,
     PendingParams,
+    ResumeCronParams,
+    RetryJobParams,
     TriggerCronParams,
     WaitingCronsParams,
 )
@@ -186,6 +193,8 @@ class MemCronStore:
                 run_count=old.run_count,
                 created_at=old.created_at,
                 updated_at=self._now(),
+                paused_at=old.paused_at,
+                pause_reason=old.pause_reason,
             )
             c.by_id[cron.id] = saved
             return self._view(shard, saved)
@@ -275,6 +284,87 @@ class MemCronStore:
             )
         return out
 
+    async def pause(self, shard: int, params: PauseCronParams) -> CronRecord:
+        c = self._c(shard)
+        s = self.store._shard(shard)
+        async with self.store._lock:
+            cron = c.by_id.get(params.id)
+            if cron is None or cron.owner != params.owner:
+                raise NotFound("no such cron job")
+            now = params.now or self._now()
+            # withdraw_cron_occurrences: slots not yet due go, as if never made.
+            gone = [
+                r.job
+                for r in s.rows.values()
+                if r.job.cron_id == cron.id
+                and r.job.status is JobStatus.SCHEDULED
+                and r.job.scheduled_for >= now
+            ]
+            for job in gone:
+                del s.rows[job.id]
+                c.ledger.pop((cron.id, job.scheduled_for), None)
+            next_fire = cron.next_fire_at
+            if gone:
+                earliest = min(j.scheduled_for for j in gone)
+                next_fire = earliest if next_fire is None else min(next_fire, earliest)
+            c.by_id[cron.id] = cron = dataclasses.replace(
+                cron,
+                paused_at=cron.paused_at or now,
+                pause_reason=params.reason,
+                next_fire_at=next_fire,
+                updated_at=self._now(),
+            )
+            return self._view(shard, cron)
+
+    async def resume(self, shard: int, params: ResumeCronParams) -> CronRecord:
+        c = self._c(shard)
+        async with self.store._lock:
+            cron = c.by_id.get(params.id)
+            if cron is None or cron.owner != params.owner:
+                raise NotFound("no such cron job")
+            c.by_id[cron.id] = cron = dataclasses.replace(
+                cron, paused_at=None, pause_reason=None, updated_at=self._now()
+            )
+            return self._view(shard, cron)
+
+    async def backfill(self, shard: int, params: BackfillParams) -> BackfillResult:
+        c = self._c(shard)
+        s = self.store._shard(shard)
+        out: list[BackfillSlot] = []
+        rerun: list[uuid.UUID] = []
+        async with self.store._lock:
+            cron = c.by_id.get(params.cron_id)
+            if cron is None or cron.owner != params.owner:
+                raise NotFound("no such cron job")
+            for at, new_id in zip(params.slots, params.job_ids, strict=True):
+                job_id = c.ledger.get((cron.id, at))
+                if job_id is None:
+                    if not params.dry_run:
+                        c.ledger[(cron.id, at)] = new_id
+                        self._insert(
+                            shard, dataclasses.replace(cron, concurrency="ALLOW"),
+                            Occurrence(new_id, at, params.run_at, None), far=False,
+                        )
+                    out.append(BackfillSlot(at, new_id, "created"))
+                    continue
+                row = s.rows.get(job_id)
+                job = row.job if row else s.history.get(job_id)
+                status = job.status if job else None
+                if params.rerun and status in TERMINAL and (job is None or job.attempt < 100):
+                    out.append(BackfillSlot(at, job_id, "rerun", status))
+                    rerun.append(job_id)
+                else:
+                    out.append(BackfillSlot(at, job_id, "exists", status))
+        if not params.dry_run:
+            for job_id in rerun:
+                await self.store.retry_job(
+                    shard,
+                    RetryJobParams(
+                        job_id, params.owner, run_at=params.run_at, statuses=TERMINAL, by="backfill"
+                    ),
+                )
+        return BackfillResult(tuple(out))
+
     # -- the materializer ------------------------------------------------------
 
     async def database_now(self, shard: int) -> datetime:
@@ -286,7 +376,8 @@ class MemCronStore:
         due = sorted(
             (x.next_fire_at, x.id)
             for x in c.by_id.values()
-            if x.enabled and x.next_fire_at is not None and x.next_fire_at <= params.until
+            if x.enabled and x.paused_at is None and x.next_fire_at is not None
+            and x.next_fire_at <= params.until
         )
         if params.after is not None:
             due = [k for k in due if k > params.after]
@@ -297,7 +388,7 @@ class MemCronStore:
         counts: dict[datetime, int] = {}
         floor = _second(params.now)
         for x in c.by_id.values():
-            if x.enabled and x.next_fire_at is not None and x.next_fire_at <= params.until:
+            if x.enabled and x.paused_at is None and x.next_fire_at is not None and x.next_fire_at <= params.until:
                 at = max(_second(x.next_fire_at), floor)
                 counts[at] = counts.get(at, 0) + 1
         return sorted(counts.items())
@@ -308,6 +399,7 @@ class MemCronStore:
             x.id
             for x in c.by_id.values()
             if x.enabled
+            and x.paused_at is None
             and x.next_fire_at is None
             and x.schedule_kind == "FIXED_DELAY"
             and (x.max_runs is None or x.run_count < x.max_runs)
@@ -340,7 +432,7 @@ class MemCronStore:
         async with self.store._lock:
             for item in params.items:
                 cron = c.by_id.get(item.cron_id)
-                if cron is None or not cron.enabled or cron.next_fire_at != item.expected_next:
+                if cron is None or not cron.enabled or cron.paused_at is not None or cron.next_fire_at != item.expected_next:
                     continue  # the compare-and-set lost: nothing of this cron is written
                 last_fire = cron.last_fire_at
                 if item.last_fire is not None:
@@ -377,7 +469,7 @@ class MemCronStore:
         c = self._c(shard)
         out: list[tuple[uuid.UUID, datetime]] = []
         for x in c.by_id.values():
-            if not x.enabled:
+            if not x.enabled or x.paused_at is not None:
                 continue
             when = self._view(shard, x).last_success_at or x.created_at
             if when is not None:

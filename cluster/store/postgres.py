@@ -38,15 +38,19 @@ from cluster.model import (
     GetJobParams,
     HeartbeatParams,
     JobRecord,
+    JobSearchParams,
     JobStatus,
     MaintainHistoryParams,
     MaintenanceResult,
     MoveFarParams,
     OwnerCountsParams,
+    PauseJobParams,
     ReapParams,
     ReapResult,
     ReleaseParams,
     RescheduleParams,
+    ResumeJobParams,
+    RetryJobParams,
     RevokeReplacedParams,
     WorkerBeatParams,
     WorkersSeenParams,
@@ -60,6 +64,9 @@ BACKLOG_CAP = 1_000_000
 # Between the tries of a create whose first try's link failed after it was
 # sent; bounded by the shard's request timeout.
 _AGAIN_PAUSES = (0.0, 0.2, 0.5, 1.0, 2.0)
+# The search's open bounds: every UUID is below the first, every time inside the others.
+_ABOVE_ALL_IDS = uuid.UUID(int=(1 << 128) - 1)
+_NO_BOUND = (datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC))
 
 log = logging.getLogger(__name__)
 
@@ -324,6 +331,89 @@ class PgStore(PgShards):
             "cancelled",
         )
 
+    # -- operators --------------------------------------------------------
+
+    @wrap_exceptions
+    async def search_jobs(self, shard: int, params: JobSearchParams) -> list[JobRecord]:
+        statuses = [x.value for x in params.statuses] if params.statuses is not None else None
+        finished = params.finished_from is not None or params.finished_to is not None
+        args = {
+            "owner": params.owner,
+            "before": params.before or _ABOVE_ALL_IDS,
+            "status": statuses[0] if statuses is not None and len(statuses) == 1 else None,
+            "statuses": statuses if statuses is not None and len(statuses) != 1 else None,
+            "type": params.type,
+            "cron_id": params.cron_id,
+            "run_from": params.run_at_from or _NO_BOUND[0],
+            "run_to": params.run_at_to or _NO_BOUND[1],
+            # Hot and far rows have not finished: any finished bound leaves them out.
+            "finished": False if finished else None,
+            "finished_from": params.finished_from or _NO_BOUND[0],
+            "finished_to": params.finished_to or _NO_BOUND[1],
+            "limit": params.limit,
+        }
+        started = time.perf_counter()
+        try:
+            async with self.connection(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
+                # Unprepared: a generic plan could not fold the absent filters away.
+                await cur.execute(QUERIES["search_jobs"], args, prepare=False)
+                rows = await cur.fetchall()
+                attempts: dict[uuid.UUID, list[AttemptRecord]] = {}
+                if params.with_attempts and rows:
+                    await cur.execute(QUERIES["get_attempts_of"], {"ids": [r["id"] for r in rows]})
+                    for a in await cur.fetchall():
+                        attempts.setdefault(a.pop("job_id"), []).append(AttemptRecord(**a))
+        finally:
+            self._observe(shard, "search_jobs", time.perf_counter() - started)
+        return [_record_from_row(r, tuple(attempts.get(r["id"], ()))) for r in rows]
+
+    @wrap_exceptions
+    async def retry_job(self, shard: int, params: RetryJobParams) -> JobRecord:
+        args = {
+            "id": params.id,
+            "owner": params.owner,
+            "statuses": sorted(x.value for x in params.statuses),
+            "max_attempts": params.max_attempts,
+            "run_at": params.run_at,
+            "by": params.by,
+            "now": params.now,
+        }
+        async with self.connection(shard) as conn:
+            cur = await conn.execute(QUERIES["retry_job"], args)
+            revived = await cur.fetchone() is not None
+            job = await self._get(conn, params.id, params.owner, with_attempts=False)
+        if job is None:
+            raise NotFound("no such job", job_id=str(params.id))
+        if not revived:
+            raise _not_retryable(job, params)
+        return job
+
+    @wrap_exceptions
+    async def pause_job(self, shard: int, params: PauseJobParams) -> JobRecord:
+        args = {"id": params.id, "owner": params.owner, "reason": params.reason, "now": params.now}
+        async with self.connection(shard) as conn, conn.transaction():
+            cur = await conn.execute(QUERIES["pause_far_job"], args)
+            if await cur.fetchone() is None:
+                cur = await conn.execute(QUERIES["move_job_far"], args)
+                if await cur.fetchone() is not None:
+                    await conn.execute(QUERIES["pause_far_job"], args)
+            job = await self._get(conn, params.id, params.owner, with_attempts=False)
+        return _paused_or_refused(job, params.id, paused=True)
+
+    @wrap_exceptions
+    async def resume_job(self, shard: int, params: ResumeJobParams) -> JobRecord:
+        args = {
+            "id": params.id,
+            "owner": params.owner,
+            "now": params.now,
+            "horizon": params.far_horizon_seconds,
+        }
+        async with self.connection(shard) as conn, conn.transaction():
+            await conn.execute(QUERIES["resume_far_job"], args)
+            await conn.execute(QUERIES["move_job_near"], args)
+            job = await self._get(conn, params.id, params.owner, with_attempts=False)
+        return _paused_or_refused(job, params.id, paused=False)
+
     # -- worker side ------------------------------------------------------
 
     @wrap_exceptions
@@ -491,6 +581,42 @@ class PgStore(PgShards):
         return result
 
 
+def _not_retryable(job: JobRecord, params: RetryJobParams) -> Conflict:
+    if job.status in params.statuses and job.attempt >= 100:
+        return Conflict(
+            "job has used the 100 attempts a job may have over all its lives",
+            job_id=str(job.id),
+            job_status=job.status.value,
+        )
+    allowed = " or ".join(sorted(x.value for x in params.statuses))
+    return Conflict(
+        f"job is {job.status.value}; only a {allowed} job can be retried",
+        job_id=str(job.id),
+        job_status=job.status.value,
+    )
+
+
+def _paused_or_refused(job: JobRecord | None, job_id: uuid.UUID, *, paused: bool) -> JobRecord:
+    """Pause and resume are idempotent: a paused job paused again (a resumed
+    one resumed again) is returned as it is. A job that is not SCHEDULED, or
+    a cron occurrence (pause its cron), is a Conflict."""
+    if job is None:
+        raise NotFound("no such job", job_id=str(job_id))
+    verb = "paused" if paused else "resumed"
+    if job.cron_id is not None:
+        raise Conflict(
+            f"a cron job's occurrence cannot be {verb} alone; pause or resume its cron job",
+            job_id=str(job_id),
+        )
+    if job.status is not JobStatus.SCHEDULED:
+        raise Conflict(
+            f"job is {job.status.value}; it can be {verb} only while SCHEDULED",
+            job_id=str(job_id),
+            job_status=job.status.value,
+        )
+    return job
+
+
 def _key_reused(p: CreateJobParams, shard: int) -> Conflict:
     return IdempotencyKeyReused(
         "Idempotency-Key was already used with a different request body; "
@@ -579,6 +705,8 @@ def _record_from_row(row: dict[str, Any], attempts: tuple[AttemptRecord, ...] = 
         created_at=row["created_at"],
         finished_at=row["finished_at"],
         attempts=attempts,
+        paused_at=row.get("paused_at"),
+        pause_reason=row.get("pause_reason"),
     )
 
 

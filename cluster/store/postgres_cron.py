@@ -19,6 +19,10 @@ from psycopg.types.json import Jsonb
 
 from cluster.errors import Conflict, NotFound
 from cluster.model import (
+    TERMINAL,
+    BackfillParams,
+    BackfillResult,
+    BackfillSlot,
     CronRecord,
     CronRun,
     CronRunsParams,
@@ -27,13 +31,16 @@ from cluster.model import (
     DueCron,
     DueCronsParams,
     GetCronParams,
+    JobStatus,
     LastSuccessParams,
     ListCronsParams,
     MaterializeBatchParams,
     MaterializeResult,
     OwnerCountsParams,
+    PauseCronParams,
     PendingInfo,
     PendingParams,
+    ResumeCronParams,
     TriggerCronParams,
     WaitingCronsParams,
 )
@@ -240,6 +247,74 @@ class PgCronStore:
         rows = await self._rows(shard, "cron_runs", {"id": params.cron_id, "limit": params.limit})
         return [CronRun(job_id=r.pop("id"), **r) for r in rows]
 
+    @wrap_exceptions
+    async def pause(self, shard: int, params: PauseCronParams) -> CronRecord:
+        args = {"id": params.id, "owner": params.owner, "reason": params.reason, "now": params.now}
+        async with self.store.connection(shard) as conn, conn.transaction():
+            cur = await conn.execute(QUERIES["pause_cron"], args)
+            if await cur.fetchone() is None:
+                raise NotFound("no such cron job")
+            await conn.execute(QUERIES["withdraw_cron_occurrences"], args)
+        return await self._reread(shard, params.id, params.owner)
+
+    @wrap_exceptions
+    async def resume(self, shard: int, params: ResumeCronParams) -> CronRecord:
+        rows = await self._rows(shard, "resume_cron", {"id": params.id, "owner": params.owner})
+        if not rows:
+            raise NotFound("no such cron job")
+        return CronRecord.from_row(rows[0])
+
+    async def _reread(self, shard: int, cron_id: uuid.UUID, owner: str) -> CronRecord:
+        rows = await self._rows(shard, "get_cron", {"id": cron_id, "owner": owner})
+        if not rows:
+            raise NotFound("no such cron job")
+        return CronRecord.from_row(rows[0])
+
+    @wrap_exceptions
+    async def backfill(self, shard: int, params: BackfillParams) -> BackfillResult:
+        await self._reread(shard, params.cron_id, params.owner)  # NotFound before anything
+        slots = list(params.slots)
+        async with self.store.connection(shard) as conn, conn.transaction():
+            cur = await conn.execute(
+                QUERIES["backfill_existing"], {"cron_id": params.cron_id, "slots": slots}
+            )
+            existing = {at: (job_id, status) for at, job_id, status in await cur.fetchall()}
+            fresh = [(at, jid) for at, jid in zip(slots, params.job_ids, strict=True) if at not in existing]
+            created: set[uuid.UUID] = set()
+            if fresh and not params.dry_run:
+                cur = await conn.execute(
+                    QUERIES["insert_backfill"],
+                    {
+                        "cron_id": params.cron_id,
+                        "owner": params.owner,
+                        "job_ids": [jid for _, jid in fresh],
+                        "scheduled": [at for at, _ in fresh],
+                        "run_at": params.run_at,
+                    },
+                )
+                created = {row[0] for row in await cur.fetchall()}
+            rerun: set[uuid.UUID] = set()
+            if params.rerun and not params.dry_run:
+                for job_id, status in existing.values():
+                    if status is not None and JobStatus(status) in TERMINAL:
+                        cur = await conn.execute(
+                            QUERIES["retry_job"],
+                            {
+                                "id": job_id,
+                                "owner": params.owner,
+                                "statuses": sorted(x.value for x in TERMINAL),
+                                "max_attempts": None,
+                                "run_at": params.run_at,
+                                "by": "backfill",
+                                "now": None,
+                            },
+                        )
+                        if await cur.fetchone() is not None:
+                            rerun.add(job_id)
+        return BackfillResult(
+            tuple(_backfill_slot(at, jid, existing, created, rerun, params) for at, jid in zip(slots, params.job_ids, strict=True))
+        )
+
     # -- the materializer ------------------------------------------------------
 
     @wrap_exceptions
@@ -320,3 +395,24 @@ class PgCronStore:
         rows = await self.store.fetch_as(shard, "cron_last_success", {"limit": params.limit}, tuple_row)
         return [(cron_id, when) for cron_id, when in rows]
 
+
+def _backfill_slot(
+    at: datetime,
+    new_id: uuid.UUID,
+    existing: dict[datetime, tuple[uuid.UUID, str | None]],
+    created: set[uuid.UUID],
+    rerun: set[uuid.UUID],
+    params: BackfillParams,
+) -> BackfillSlot:
+    """What became of one slot: a dry run says what would have."""
+    found = existing.get(at)
+    if found is None:
+        if params.dry_run or new_id in created:
+            return BackfillSlot(at, new_id, "created")
+        # Written by someone else between the read and the insert: it exists.
+        return BackfillSlot(at, new_id, "exists")
+    job_id, status = found
+    state = JobStatus(status) if status is not None else None
+    if params.rerun and state in TERMINAL and (params.dry_run or job_id in rerun):
+        return BackfillSlot(at, job_id, "rerun", state)
+    return BackfillSlot(at, job_id, "exists", state)

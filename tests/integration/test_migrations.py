@@ -36,7 +36,8 @@ def test_fresh_database_migrates_to_latest_and_is_idempotent(pg_servers: list[Pg
         # History keeps every column of a job plus finished_at.
         hot = {c for c, _ in columns(conn, "jobs")} - {"locked_by", "claimed_at", "lease_until"}
         history = {c for c, _ in columns(conn, "job_history")}
-        missing = hot - history - {"concurrency", "deadline_at"}
+        # A finished job is not paused: the pause lives only while it waits.
+        missing = hot - history - {"concurrency", "deadline_at", "paused_at", "pause_reason"}
         assert not missing, f"job_history lacks {missing}"
 
 

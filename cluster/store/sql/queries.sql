@@ -157,17 +157,17 @@ SELECT k.owner_service AS key_owner, k.idempotency_key AS key, k.fingerprint AS 
 -- that moves between two reads is still found.
 SELECT 'far' AS place, id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
        status, attempt, max_attempts, timeout_seconds, target, payload, last_error, created_at,
-       NULL::timestamptz AS finished_at
+       NULL::timestamptz AS finished_at, paused_at, pause_reason
   FROM jobs_far WHERE id = %(id)s AND owner_service = %(owner)s
 UNION ALL
 SELECT 'near', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
        status, attempt, max_attempts, timeout_seconds, target, payload, last_error, created_at,
-       NULL
+       NULL, paused_at, pause_reason
   FROM jobs WHERE id = %(id)s AND owner_service = %(owner)s
 UNION ALL
 SELECT 'history', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
        status, attempt, max_attempts, timeout_seconds, target, payload, last_error, created_at,
-       finished_at
+       finished_at, NULL, NULL
   FROM job_history WHERE id = %(id)s AND owner_service = %(owner)s
 LIMIT 1;
 
@@ -399,6 +399,7 @@ WITH moving AS (
     DELETE FROM jobs_far
      WHERE id IN (SELECT id FROM jobs_far
                    WHERE run_at <= coalesce(%(now)s, now()) + make_interval(secs => %(horizon)s)
+                     AND paused_at IS NULL
                    ORDER BY run_at
                    LIMIT %(limit)s
                      FOR UPDATE SKIP LOCKED)
@@ -636,7 +637,7 @@ SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurren
        jitter_seconds, starting_deadline_seconds, next_fire_at, month_end_policy, dst_policy,
        end_at, max_runs, run_count
   FROM cron_jobs
- WHERE enabled AND next_fire_at <= %(until)s
+ WHERE enabled AND paused_at IS NULL AND next_fire_at <= %(until)s
    AND (next_fire_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
  ORDER BY next_fire_at, id
  LIMIT %(limit)s;
@@ -649,7 +650,7 @@ SELECT greatest(date_trunc('second', next_fire_at), date_trunc('second', %(now)s
            AS at,
        count(*) AS n
   FROM cron_jobs
- WHERE enabled AND next_fire_at <= %(until)s
+ WHERE enabled AND paused_at IS NULL AND next_fire_at <= %(until)s
  GROUP BY 1
  ORDER BY 1;
 
@@ -658,7 +659,7 @@ SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurren
        jitter_seconds, starting_deadline_seconds, next_fire_at, month_end_policy, dst_policy,
        end_at, max_runs, run_count
   FROM cron_jobs
- WHERE enabled AND next_fire_at IS NULL AND schedule_kind = 'FIXED_DELAY'
+ WHERE enabled AND paused_at IS NULL AND next_fire_at IS NULL AND schedule_kind = 'FIXED_DELAY'
    AND (max_runs IS NULL OR run_count < max_runs) AND (end_at IS NULL OR end_at > now())
    AND id > %(after_id)s::uuid
  ORDER BY id
@@ -723,6 +724,7 @@ locked AS (
     SELECT v.* FROM v CROSS JOIN LATERAL (
         SELECT FROM cron_jobs c
          WHERE c.id = v.id AND c.next_fire_at IS NOT DISTINCT FROM v.expected AND c.enabled
+               AND c.paused_at IS NULL
            FOR UPDATE SKIP LOCKED
     ) l
 ),
@@ -868,7 +870,7 @@ RETURNING (SELECT count(*) FROM stamped) AS stamped, f.folded_until;
 -- oldest: the alert and the dashboard look for the silent crons, and a
 -- series per cron of a million would be a million series.
 SELECT id, coalesce(last_success_at, created_at) AS last_success_at
-  FROM cron_jobs WHERE enabled
+  FROM cron_jobs WHERE enabled AND paused_at IS NULL
  ORDER BY 2
  LIMIT %(limit)s;
 
@@ -882,3 +884,224 @@ FROM cluster_layout;
 INSERT INTO cluster_layout (shard_uuid, shard_index, shard_count, fingerprint)
 VALUES (%(shard_uuid)s, %(shard_index)s, %(shard_count)s, %(fingerprint)s)
 ON CONFLICT (singleton) DO NOTHING;
+
+-- ---------------------------------------------------------------------------
+-- Operators: search, retry, pause and resume, backfill
+-- ---------------------------------------------------------------------------
+
+-- name: search_jobs
+-- A page of an owner's jobs on this shard, newest first by id (UUIDv7: the
+-- creation order, which a job keeps while it moves between tables), below
+-- the cursor. One statement, one snapshot: a job is in exactly one table.
+-- Each table gives at most a page from its (owner, id) or (owner, status,
+-- id) index, then the three are merged. Run unprepared (a custom plan): an
+-- absent filter (NULL) folds away and the index that fits is chosen.
+-- `status` is the single-status case: an equality the status index serves
+-- in order, where `= ANY(statuses)` could not.
+SELECT * FROM (
+    (SELECT 'far' AS place, id, owner_service, idempotency_key, type, cron_id, scheduled_for,
+            run_at, status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
+            created_at, NULL::timestamptz AS finished_at, paused_at, pause_reason
+       FROM jobs_far
+      WHERE owner_service = %(owner)s AND id < %(before)s
+        AND (%(status)s::text IS NULL OR status = %(status)s::text)
+        AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+        AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
+        AND run_at >= %(run_from)s AND run_at < %(run_to)s
+        AND %(finished)s::bool IS NULL
+      ORDER BY id DESC
+      LIMIT %(limit)s)
+    UNION ALL
+    (SELECT 'near', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
+            created_at, NULL, paused_at, pause_reason
+       FROM jobs
+      WHERE owner_service = %(owner)s AND id < %(before)s
+        AND (%(status)s::text IS NULL OR status = %(status)s::text)
+        AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+        AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
+        AND run_at >= %(run_from)s AND run_at < %(run_to)s
+        AND %(finished)s::bool IS NULL
+      ORDER BY id DESC
+      LIMIT %(limit)s)
+    UNION ALL
+    (SELECT 'history', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
+            created_at, finished_at, NULL, NULL
+       FROM job_history
+      WHERE owner_service = %(owner)s AND id < %(before)s
+        AND (%(status)s::text IS NULL OR status = %(status)s::text)
+        AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+        AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
+        AND run_at >= %(run_from)s AND run_at < %(run_to)s
+        AND finished_at >= %(finished_from)s AND finished_at < %(finished_to)s
+      ORDER BY id DESC
+      LIMIT %(limit)s)
+) page
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: get_attempts_of
+-- The attempt logs of a page of jobs, in one statement.
+SELECT job_id, attempt, worker, started_at, finished_at, outcome, error, lateness_seconds
+  FROM job_attempts WHERE job_id = ANY(%(ids)b::uuid[])
+ ORDER BY job_id, attempt, finished_at;
+
+-- name: retry_job
+-- A new life for a finished job: out of history, back to the hot table as
+-- SCHEDULED, same id and scheduled_for (the target's idempotency key is
+-- unchanged). The attempt counter goes on from where it stopped (the
+-- fencing token never goes back: a straggler of an old attempt writes
+-- nothing), and max_attempts grows by a new series: the asked size, or the
+-- size of the last series (since the last RETRIED mark in the attempt log).
+-- The table's CHECK caps a job's attempts at 100 over all its lives. The
+-- RETRIED row in the attempt log marks where the new series starts.
+WITH old AS (
+    DELETE FROM job_history
+     WHERE id = %(id)s AND owner_service = %(owner)s
+       AND status = ANY(%(statuses)s::text[]) AND attempt < 100
+    RETURNING *
+),
+series AS (
+    SELECT coalesce(max(attempt), 0) AS base FROM job_attempts
+     WHERE job_id = %(id)s AND outcome = 'RETRIED'
+),
+revived AS (
+    INSERT INTO jobs (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+                      status, attempt, max_attempts, timeout_seconds, target_kind, target,
+                      payload, last_error, created_at)
+    SELECT o.id, o.owner_service, o.idempotency_key, o.type, o.cron_id, o.scheduled_for,
+           coalesce(%(run_at)s, %(now)s, now()), 'SCHEDULED', o.attempt,
+           least(o.attempt + coalesce(%(max_attempts)s, greatest(o.max_attempts - s.base, 1)), 100),
+           o.timeout_seconds, o.target_kind, o.target, o.payload, o.last_error, o.created_at
+      FROM old o CROSS JOIN series s
+    RETURNING id, attempt, max_attempts
+),
+log AS (
+    INSERT INTO job_attempts (job_id, attempt, worker, finished_at, outcome, error)
+    SELECT id, attempt, NULL, coalesce(%(now)s, now()), 'RETRIED',
+           'retried by ' || %(by)s || ': a new series of ' || (max_attempts - attempt)
+           || ' attempts'
+      FROM revived
+    ON CONFLICT DO NOTHING
+)
+SELECT id FROM revived;
+
+-- name: pause_far_job
+UPDATE jobs_far
+   SET paused_at = coalesce(%(now)s, now()), pause_reason = %(reason)s
+ WHERE id = %(id)s AND owner_service = %(owner)s AND cron_id IS NULL AND paused_at IS NULL
+RETURNING id;
+
+-- name: move_job_far
+-- Pausing a job of the hot table: it moves to jobs_far whole (SELECT *, as
+-- the mover moves the other way), then pause_far_job marks it.
+WITH moving AS (
+    DELETE FROM jobs
+     WHERE id = %(id)s AND owner_service = %(owner)s AND status = 'SCHEDULED'
+       AND cron_id IS NULL
+    RETURNING *
+)
+INSERT INTO jobs_far SELECT * FROM moving
+RETURNING id;
+
+-- name: resume_far_job
+UPDATE jobs_far SET paused_at = NULL, pause_reason = NULL
+ WHERE id = %(id)s AND owner_service = %(owner)s AND paused_at IS NOT NULL
+RETURNING id;
+
+-- name: move_job_near
+-- A resumed job due within the horizon goes back to the hot table at once,
+-- not at the mover's next pass.
+WITH moving AS (
+    DELETE FROM jobs_far
+     WHERE id = %(id)s AND owner_service = %(owner)s AND paused_at IS NULL
+       AND run_at <= coalesce(%(now)s, now()) + make_interval(secs => %(horizon)s)
+    RETURNING *
+)
+INSERT INTO jobs SELECT * FROM moving
+RETURNING id;
+
+-- name: pause_cron
+UPDATE cron_jobs
+   SET paused_at = coalesce(paused_at, coalesce(%(now)s, now())), pause_reason = %(reason)s,
+       updated_at = now()
+ WHERE id = %(id)s AND owner_service = %(owner)s
+RETURNING *;
+
+-- name: withdraw_cron_occurrences
+-- A paused cron's materialized slots not yet due are withdrawn, as if never
+-- materialized: the jobs and their ledger rows go, and next_fire_at moves
+-- back to the earliest of them. Resume then treats them as any slot missed
+-- while paused (the misfire policy). Occurrences already due (or a manual
+-- trigger's, or a backfill's) stay and run.
+WITH near AS (
+    DELETE FROM jobs
+     WHERE cron_id = %(id)s AND status = 'SCHEDULED' AND scheduled_for >= coalesce(%(now)s, now())
+    RETURNING id, scheduled_for
+),
+far AS (
+    DELETE FROM jobs_far
+     WHERE cron_id = %(id)s AND scheduled_for >= coalesce(%(now)s, now())
+    RETURNING id, scheduled_for
+),
+gone AS (
+    SELECT * FROM near UNION ALL SELECT * FROM far
+),
+ledger AS (
+    DELETE FROM cron_occurrences o USING gone g
+     WHERE o.cron_id = %(id)s AND o.job_id = g.id
+),
+rewound AS (
+    UPDATE cron_jobs
+       SET next_fire_at = least(next_fire_at, (SELECT min(scheduled_for) FROM gone))
+     WHERE id = %(id)s AND EXISTS (SELECT 1 FROM gone)
+)
+SELECT count(*) AS withdrawn FROM gone;
+
+-- name: resume_cron
+UPDATE cron_jobs SET paused_at = NULL, pause_reason = NULL, updated_at = now()
+ WHERE id = %(id)s AND owner_service = %(owner)s
+RETURNING *;
+
+-- name: backfill_existing
+-- The slots of a backfill that have an occurrence already, with its job's
+-- status (NULL when its history has expired).
+SELECT o.scheduled_for, o.job_id, j.status
+  FROM cron_occurrences o
+  LEFT JOIN LATERAL (
+    SELECT status FROM jobs_far WHERE id = o.job_id
+    UNION ALL
+    SELECT status FROM jobs WHERE id = o.job_id
+    UNION ALL
+    SELECT status FROM job_history WHERE id = o.job_id
+    LIMIT 1
+  ) j ON true
+ WHERE o.cron_id = %(cron_id)s AND o.scheduled_for = ANY(%(slots)b::timestamptz[]);
+
+-- name: insert_backfill
+-- Occurrences of past slots, each once by the ledger (a slot another
+-- backfill or the materializer wrote in between inserts nothing). They are
+-- due at run_at and carry no concurrency policy: a backfill's slots run
+-- side by side, not one at a time.
+WITH v AS (
+    SELECT * FROM unnest(%(job_ids)b::uuid[], %(scheduled)b::timestamptz[])
+           AS v(job_id, scheduled_for)
+),
+occ AS (
+    INSERT INTO cron_occurrences (cron_id, scheduled_for, job_id)
+    SELECT %(cron_id)s, scheduled_for, job_id FROM v
+     WHERE EXISTS (SELECT 1 FROM cron_jobs WHERE id = %(cron_id)s AND owner_service = %(owner)s)
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
+)
+INSERT INTO jobs (id, owner_service, type, cron_id, scheduled_for, run_at, max_attempts,
+                  timeout_seconds, target_kind, target, payload)
+SELECT v.job_id, c.owner_service, c.type, c.id, v.scheduled_for, %(run_at)s, c.max_attempts,
+       c.timeout_seconds, c.target_kind, c.target, c.payload
+  FROM v JOIN occ USING (job_id) CROSS JOIN cron_jobs c
+ WHERE c.id = %(cron_id)s AND c.owner_service = %(owner)s
+RETURNING id;

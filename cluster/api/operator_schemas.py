@@ -1,0 +1,139 @@
+"""Bodies of the operators' endpoints: job search, retry, bulk actions,
+pause and resume, cron backfill (``/api/v1/jobs…``, ``/api/v1/cron-jobs/{id}/…``).
+
+The shapes are a contract the ``vakit`` CLI builds on: fields are added,
+never renamed or removed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from cluster.api.schemas import JobOut, Rfc3339, UtcDatetime, _Strict, parse_rfc3339
+
+__all__ = [
+    "MAX_BACKFILL",
+    "MAX_BULK",
+    "BackfillIn",
+    "BackfillOut",
+    "BackfillSlotOut",
+    "BulkFailure",
+    "BulkJobsIn",
+    "BulkJobsOut",
+    "JobPageOut",
+    "PauseIn",
+]
+
+# Slots one backfill call writes; a longer range is continued from nextFrom.
+MAX_BACKFILL = 1000
+# Jobs one bulk retry or cancel acts on; the next call takes the next ones.
+MAX_BULK = 1000
+
+JobStatusName = Literal["SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED"]
+
+
+def _rfc3339(value: str | None, name: str) -> str | None:
+    if value is not None:
+        parse_rfc3339(value, name)
+    return value
+
+
+class JobPageOut(BaseModel):
+    """A page of ``GET /api/v1/jobs``, newest job first."""
+
+    items: list[JobOut]
+    nextCursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null on the last page."
+    )
+    missingShards: list[int] = Field(
+        description="Shards that could not be read: their jobs are missing from this page. "
+        "Empty when the answer is complete."
+    )
+
+
+class PauseIn(_Strict):
+    reason: str = Field(min_length=1, max_length=500, description="Why; shown in GET and lists.")
+
+
+class BulkJobsIn(_Strict):
+    """The filters of ``GET /api/v1/jobs``, as a body. A bulk retry takes
+    FAILED jobs unless ``status`` says otherwise (FAILED and/or CANCELLED);
+    a bulk cancel takes SCHEDULED jobs (RUNNING ones cannot be cancelled)."""
+
+    status: list[JobStatusName] | None = Field(None, min_length=1, max_length=6)
+    type: str | None = Field(None, min_length=1, max_length=64)
+    cronJobId: str | None = Field(None, min_length=1, max_length=64)
+    runAtFrom: Rfc3339 | None = None
+    runAtTo: Rfc3339 | None = None
+    finishedFrom: Rfc3339 | None = None
+    finishedTo: Rfc3339 | None = None
+    limit: int = Field(100, ge=1, le=MAX_BULK, description="At most this many jobs per call.")
+    dryRun: bool = Field(False, description="Say which jobs would be acted on; change nothing.")
+
+    @field_validator("runAtFrom", "runAtTo", "finishedFrom", "finishedTo")
+    @classmethod
+    def _times(cls, value: str | None) -> str | None:
+        return _rfc3339(value, "time")
+
+
+class BulkFailure(BaseModel):
+    jobId: str
+    status: int
+    detail: str
+
+
+class BulkJobsOut(BaseModel):
+    dryRun: bool
+    jobIds: list[str] = Field(
+        description="The jobs acted on (with dryRun: the jobs that would be), newest first."
+    )
+    failed: list[BulkFailure] = Field(
+        description="Matched jobs the action was refused for (one that started meanwhile…)."
+    )
+    more: bool = Field(description="More jobs may match: call again (after a dry run, use limit).")
+    missingShards: list[int]
+
+
+class BackfillIn(_Strict):
+    from_: Rfc3339 = Field(alias="from", description="First instant of the range (included).")
+    to: Rfc3339 = Field(description="End of the range (excluded); not in the future.")
+    overlap: Literal["ALLOW", "SKIP"] = Field(
+        "ALLOW",
+        description="ALLOW: the slots run side by side, whatever else of this cron is pending "
+        "or running. SKIP: nothing is written while an occurrence is pending or running (409).",
+    )
+    rerun: bool = Field(
+        False, description="Run slots that already ran again, with a new attempt series."
+    )
+    dryRun: bool = Field(False, description="Say what would happen; write nothing.")
+
+    model_config = _Strict.model_config | {"populate_by_name": True}
+
+    @field_validator("from_", "to")
+    @classmethod
+    def _times(cls, value: str) -> str:
+        parse_rfc3339(value, "time")
+        return value
+
+
+class BackfillSlotOut(BaseModel):
+    scheduledFor: UtcDatetime
+    jobId: str
+    outcome: Literal["created", "exists", "rerun"] = Field(
+        description="created: a new occurrence; exists: the slot has one (pending, or it ran) "
+        "and is not doubled; rerun: it ran and runs again with a new attempt series."
+    )
+    status: str | None = Field(None, description="The existing occurrence's status.")
+
+
+class BackfillOut(BaseModel):
+    dryRun: bool
+    slots: list[BackfillSlotOut]
+    created: int
+    existing: int
+    rerun: int
+    nextFrom: UtcDatetime | None = Field(
+        description=f"The range holds more than {MAX_BACKFILL} slots: call again from here."
+    )

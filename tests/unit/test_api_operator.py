@@ -1,0 +1,194 @@
+"""The operators' endpoints on the in-memory stores: search and its
+validation, retry, bulk retry and cancel, pause and resume of jobs and
+crons, and backfill. The same routes run on PostgreSQL in
+tests/integration/test_operator_api.py."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+import shardmap
+from cluster.api.app import create_app
+from cluster.clock import FakeClock
+from cluster.model import ClaimParams, FinishParams, JobResult, Outcome
+from cluster.store.memory import MemStore
+from cluster.store.memory_cron import MemCronStore
+from tests.unit.test_api_fast import PROBLEM, A, B, body, serve, settings
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(datetime.now(UTC).replace(microsecond=0))
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> MemStore:
+    return MemStore(2, clock)
+
+
+@pytest.fixture
+async def api(store: MemStore, clock: FakeClock) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings(), store=store, crons=MemCronStore(store), clock=clock)
+    async for client in serve(app):
+        yield client
+
+
+def iso(t: datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
+
+
+async def failed_job(api: httpx.AsyncClient, store: MemStore, clock: FakeClock) -> str:
+    """A job created through the API that a worker ran and that failed for good."""
+    r = await api.post("/api/v1/jobs", json=body(runAt=iso(clock.now())), headers=A)
+    job_id = r.json()["jobId"]
+    shard = shardmap.ShardMap(2).shard_of(shardmap.decode_id("job", job_id))
+    now = clock.now() + timedelta(seconds=1)
+    [c] = await store.claim_jobs(shard, ClaimParams("w1", 10, 30, 0, now=now))
+    res = JobResult(c.lease, Outcome.FAILED, "w1", now, 0.0, "HTTP 404 from target")
+    await store.finish_jobs(shard, FinishParams((res,), now=now))
+    return str(job_id)
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("status=DONE", "status"),
+        ("cursor=nope", "cursor"),
+        ("runAtFrom=yesterday", "runAtFrom"),
+        ("cronJobId=job_01", "cronJobId"),
+        ("limit=0", "limit"),
+    ],
+)
+async def test_search_refuses_bad_filters(api: httpx.AsyncClient, query: str, field: str) -> None:
+    r = await api.get(f"/api/v1/jobs?{query}", headers=A)
+    assert r.status_code == 422 and r.headers["content-type"] == PROBLEM
+    assert field in r.text
+
+
+async def test_dead_letters_are_one_filter_away_and_retry_revives_them(
+    api: httpx.AsyncClient, store: MemStore, clock: FakeClock
+) -> None:
+    dead = await failed_job(api, store, clock)
+    await api.post("/api/v1/jobs", json=body(), headers=A)
+    await api.post("/api/v1/jobs", json=body(), headers=B)
+    page = (await api.get("/api/v1/jobs?status=FAILED&attempts=true", headers=A)).json()
+    assert [j["jobId"] for j in page["items"]] == [dead]
+    assert page["items"][0]["lastError"] == "HTTP 404 from target"
+    assert [a["outcome"] for a in page["items"][0]["attempts"]] == ["ERROR"]
+    assert page["nextCursor"] is None and page["missingShards"] == []
+    assert len((await api.get("/api/v1/jobs", headers=A)).json()["items"]) == 2
+    assert len((await api.get("/api/v1/jobs", headers=B)).json()["items"]) == 1
+
+    r = await api.post(f"/api/v1/jobs/{dead}/retry", headers=A)
+    assert r.status_code == 200, r.text
+    assert (r.json()["jobId"], r.json()["status"], r.json()["attempt"]) == (dead, "SCHEDULED", 1)
+    again = await api.post(f"/api/v1/jobs/{dead}/retry", headers=A)
+    assert again.status_code == 409 and again.headers["content-type"] == PROBLEM
+    assert (await api.post(f"/api/v1/jobs/{dead}/retry", headers=B)).status_code == 404
+
+
+async def test_search_pages_with_a_cursor(api: httpx.AsyncClient) -> None:
+    for _ in range(5):
+        await api.post("/api/v1/jobs", json=body(), headers=A)
+    seen: list[str] = []
+    cursor = ""
+    while True:
+        page = (await api.get(f"/api/v1/jobs?limit=2&cursor={cursor}", headers=A)).json()
+        seen += [j["jobId"] for j in page["items"]]
+        if page["nextCursor"] is None:
+            break
+        cursor = page["nextCursor"]
+    assert len(seen) == len(set(seen)) == 5
+
+
+async def test_bulk_retry_and_cancel_with_dry_run(
+    api: httpx.AsyncClient, store: MemStore, clock: FakeClock
+) -> None:
+    dead = [await failed_job(api, store, clock) for _ in range(3)]
+    dry = (await api.post("/api/v1/jobs:retry", json={"dryRun": True, "limit": 2}, headers=A)).json()
+    assert dry["dryRun"] and len(dry["jobIds"]) == 2 and dry["more"]
+    assert len((await api.get("/api/v1/jobs?status=FAILED", headers=A)).json()["items"]) == 3
+    done = (await api.post("/api/v1/jobs:retry", json={}, headers=A)).json()
+    assert sorted(done["jobIds"]) == sorted(dead) and done["failed"] == []
+    bad = await api.post("/api/v1/jobs:retry", json={"status": ["SCHEDULED"]}, headers=A)
+    assert bad.status_code == 422
+    cancelled = (await api.post("/api/v1/jobs:cancel", json={"type": "ORDER_AUTO_CANCEL"}, headers=A)).json()
+    assert sorted(cancelled["jobIds"]) == sorted(dead)
+    page = (await api.get("/api/v1/jobs?status=CANCELLED", headers=A)).json()
+    assert len(page["items"]) == 3
+
+
+async def test_pause_and_resume_a_job(api: httpx.AsyncClient) -> None:
+    job_id = (await api.post("/api/v1/jobs", json=body(), headers=A)).json()["jobId"]
+    assert (await api.post(f"/api/v1/jobs/{job_id}/pause", json={}, headers=A)).status_code == 422
+    r = await api.post(f"/api/v1/jobs/{job_id}/pause", json={"reason": "vendor outage"}, headers=A)
+    assert r.status_code == 200 and r.json()["paused"] and r.json()["pauseReason"] == "vendor outage"
+    got = (await api.get(f"/api/v1/jobs/{job_id}", headers=A)).json()
+    assert got["paused"] and got["status"] == "SCHEDULED"
+    listed = (await api.get("/api/v1/jobs", headers=A)).json()["items"]
+    assert listed[0]["paused"]
+    r = await api.post(f"/api/v1/jobs/{job_id}/resume", headers=A)
+    assert r.status_code == 200 and not r.json()["paused"] and r.json()["pausedAt"] is None
+
+
+def cron(name: str, **over: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": name,
+        "schedule": "0 2 * * *",
+        "timeZone": "Europe/Istanbul",
+        "target": {"kind": "HTTP", "url": "https://hooks.example.com/run"},
+    }
+    out.update(over)
+    return out
+
+
+async def test_pause_and_resume_a_cron_are_visible_in_get_and_list(api: httpx.AsyncClient) -> None:
+    cron_id = (await api.post("/api/v1/cron-jobs", json=cron("settle"), headers=A)).json()["cronJobId"]
+    r = await api.post(f"/api/v1/cron-jobs/{cron_id}/pause", json={"reason": "migration"}, headers=A)
+    assert r.status_code == 200 and r.json()["paused"] and r.json()["pauseReason"] == "migration"
+    assert (await api.get(f"/api/v1/cron-jobs/{cron_id}", headers=A)).json()["paused"]
+    assert (await api.get("/api/v1/cron-jobs", headers=A)).json()["items"][0]["pauseReason"] == "migration"
+    assert (await api.post(f"/api/v1/cron-jobs/{cron_id}/pause", json={"reason": "x"}, headers=B)).status_code == 404
+    r = await api.post(f"/api/v1/cron-jobs/{cron_id}/resume", headers=A)
+    assert r.status_code == 200 and not r.json()["paused"]
+
+
+async def test_backfill_a_missed_night_once(api: httpx.AsyncClient, clock: FakeClock) -> None:
+    cron_id = (await api.post("/api/v1/cron-jobs", json=cron("nightly", timeZone="UTC"), headers=A)).json()[
+        "cronJobId"
+    ]
+    today = clock.now().replace(hour=0, minute=0, second=0)
+    night = {"from": iso(today - timedelta(days=3)), "to": iso(today)}
+    url = f"/api/v1/cron-jobs/{cron_id}/backfill"
+    dry = (await api.post(url, json={**night, "dryRun": True}, headers=A)).json()
+    assert dry["dryRun"] and dry["created"] == 3
+    assert (await api.get(f"/api/v1/jobs?cronJobId={cron_id}", headers=A)).json()["items"] == []
+    first = (await api.post(url, json=night, headers=A)).json()
+    assert (first["created"], first["existing"], first["nextFrom"]) == (3, 0, None)
+    assert [s["scheduledFor"][11:] for s in first["slots"]] == ["02:00:00Z"] * 3
+    second = (await api.post(url, json=night, headers=A)).json()
+    assert (second["created"], second["existing"]) == (0, 3)
+    assert [s["jobId"] for s in second["slots"]] == [s["jobId"] for s in first["slots"]]
+    jobs = (await api.get(f"/api/v1/jobs?cronJobId={cron_id}", headers=A)).json()["items"]
+    assert len(jobs) == 3
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"to": "2999-01-01T00:00:00Z"},  # the future
+        {"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"},  # backwards
+        {"overlap": "MAYBE"},
+        {"from": "yesterday"},
+    ],
+)
+async def test_backfill_refuses_bad_ranges(api: httpx.AsyncClient, override: dict[str, str]) -> None:
+    cron_id = (await api.post("/api/v1/cron-jobs", json=cron("r"), headers=A)).json()["cronJobId"]
+    payload = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", **override}
+    r = await api.post(f"/api/v1/cron-jobs/{cron_id}/backfill", json=payload, headers=A)
+    assert r.status_code == 422 and r.headers["content-type"] == PROBLEM
