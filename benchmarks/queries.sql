@@ -133,3 +133,15 @@ SELECT query, calls, total_exec_time AS total_ms, rows, shared_blks_hit, shared_
  WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
  ORDER BY total_exec_time DESC
  LIMIT %(limit)s;
+
+-- name: copy_history
+-- Text COPY of finished jobs for the search benchmark; the script formats the lines.
+COPY job_history (id, owner_service, type, scheduled_for, run_at, status, attempt,
+                  max_attempts, timeout_seconds, target_kind, target, payload, last_error,
+                  created_at, finished_at) FROM STDIN;
+
+-- name: vacuum_history
+VACUUM ANALYZE job_history;
+
+-- name: history_partitions
+SELECT count(*) FROM pg_inherits WHERE inhparent = 'job_history'::regclass;

@@ -93,8 +93,10 @@ RETRIED = Counter(
 )
 FAILED = Counter(
     "vakit_jobs_failed_total",
-    "Jobs that ended FAILED (the dead letter): attempts exhausted or a permanent error.",
-    ["shard", "target_kind"],
+    "Jobs that ended FAILED (the dead letter): attempts exhausted or a permanent error. "
+    "owner is the job's owner service when it is one of the configured tenants "
+    "(api_tokens), 'other' otherwise: a bounded label that routes the alert to the team.",
+    ["shard", "target_kind", "owner"],
 )
 FENCED = Counter(
     "vakit_fenced_writes_total",

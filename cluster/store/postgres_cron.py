@@ -262,7 +262,7 @@ class PgCronStore:
         rows = await self._rows(shard, "resume_cron", {"id": params.id, "owner": params.owner})
         if not rows:
             raise NotFound("no such cron job")
-        return CronRecord.from_row(rows[0])
+        return await self._reread(shard, params.id, params.owner)
 
     async def _reread(self, shard: int, cron_id: uuid.UUID, owner: str) -> CronRecord:
         rows = await self._rows(shard, "get_cron", {"id": cron_id, "owner": owner})

@@ -50,8 +50,12 @@ class Completer:
         started: asyncio.Event,
         give_up: Callable[[], bool],
         on_written: Callable[[], None],
+        owners: frozenset[str] = frozenset(),
     ) -> None:
         self.shard = shard
+        # The owners the dead-letter metric names (the configured tenants);
+        # any other is 'other', so the label stays bounded.
+        self._owners = owners
         self.store = store
         self.inflight = inflight
         self._batch = batch
@@ -136,7 +140,9 @@ class Completer:
                     "attempt failed, retrying in %.1fs: %s", res.retry_delay, res.error, extra=extra
                 )
             else:
-                metrics.FAILED.labels(str(shard), kind).inc()
+                owner = entry.job.owner if entry is not None else None
+                label = owner if owner in self._owners else "other"
+                metrics.FAILED.labels(str(shard), kind, label).inc()
                 log.warning("job failed for good: %s", res.error, extra=extra)
         for kind, n in succeeded.items():
             metrics.COMPLETED.labels(str(shard), kind).inc(n)

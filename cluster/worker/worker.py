@@ -145,6 +145,7 @@ class Worker:
             started=self.wheel.all_started,
             give_up=self._past_stop_deadline,
             on_written=self._capacity.set,
+            owners=frozenset(self.settings.api_tokens.values()),
         )
         return _ShardState(inflight, completer)
 

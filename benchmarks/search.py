@@ -1,0 +1,176 @@
+"""Job search on a shard holding a million finished jobs: how long
+``GET /api/v1/jobs?status=FAILED`` takes for a page.
+
+Starts one PostgreSQL server (durable unless ``--no-durable``), migrates
+it, makes the history's day partitions as the janitor does, COPYs
+``--rows`` finished jobs into ``job_history`` (ten days of them; ``--failed``
+of them FAILED, a few CANCELLED, the rest SUCCEEDED; nine in ten for the
+owner searched, the rest for another), runs VACUUM ANALYZE, then times
+pages through the whole API in process (FastAPI app, httpx ASGI transport,
+the PostgreSQL store): the first page, and pages walked with the cursor.
+Prints percentiles; asserts nothing about time.
+
+    python -m benchmarks.search --rows 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import psycopg
+
+import shardmap
+from benchmarks.sql import query
+from cluster.config import Settings
+from cluster.local.pgserver import PgServer
+from cluster.model import MaintainHistoryParams
+from cluster.service import api_app
+from cluster.store.migrate import migrate_shard
+from cluster.store.postgres import PgStore
+
+OWNER, OTHER = "tenant-a", "tenant-b"
+DAYS = 10
+_CHUNK = 50_000
+
+
+def _lines(count: int, failed_share: float, now: datetime) -> list[str]:
+    target = json.dumps({"kind": "HTTP", "url": "https://hooks.example.com/settle"})
+    rnd = random.Random(7)
+    start_ms = int((now - timedelta(days=DAYS)).timestamp() * 1000)
+    span_ms = DAYS * 86_400_000 - 120_000
+    out = []
+    for _ in range(count):
+        ms = start_ms + rnd.randrange(span_ms)
+        created = datetime.fromtimestamp(ms / 1000, UTC)
+        finished = created + timedelta(seconds=rnd.randrange(1, 60))
+        draw = rnd.random()
+        if draw < failed_share:
+            status, attempt, error = "FAILED", 5, "HTTP 503 from target"
+        elif draw < failed_share + 0.01:
+            status, attempt, error = "CANCELLED", 0, "\\N"
+        else:
+            status, attempt, error = "SUCCEEDED", 1, "\\N"
+        owner = OWNER if rnd.random() < 0.9 else OTHER
+        when = created.isoformat()
+        fields = [
+            str(shardmap.new_uuid(0, unix_ms=ms)), owner, "SETTLE", when, when, status,
+            str(attempt), "5", "30", "HTTP", target, '{"orderId":1}', error, when,
+            finished.isoformat(),
+        ]  # fmt: skip
+        out.append("\t".join(fields) + "\n")
+    return out
+
+
+def load(dsn: str, rows: int, failed_share: float) -> float:
+    started = time.monotonic()
+    lines = _lines(rows, failed_share, datetime.now(UTC))
+    with psycopg.connect(dsn) as conn:
+        with conn.cursor() as cur, cur.copy(query("copy_history")) as copy:
+            for i in range(0, len(lines), _CHUNK):
+                copy.write("".join(lines[i : i + _CHUNK]))
+        conn.commit()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(query("vacuum_history"))
+    return time.monotonic() - started
+
+
+def _pct(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+async def measure(dsn: str, repeat: int, limit: int) -> None:
+    settings = Settings(shards=[dsn], api_tokens={"t": OWNER})
+    app = api_app(settings)
+    headers = {"Authorization": "Bearer t"}
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            for label, q in [
+                ("status=FAILED, first page", "status=FAILED"),
+                ("status=FAILED,CANCELLED, first page", "status=FAILED,CANCELLED"),
+                ("no filter, first page", ""),
+                ("status=FAILED&type=SETTLE, first page", "status=FAILED&type=SETTLE"),
+            ]:
+                samples = []
+                for _ in range(repeat):
+                    t0 = time.perf_counter()
+                    r = await client.get(f"/api/v1/jobs?{q}&limit={limit}", headers=headers)
+                    samples.append((time.perf_counter() - t0) * 1000)
+                    assert r.status_code == 200, r.text
+                    assert len(r.json()["items"]) == limit
+                _report(label, samples)
+            samples, cursor = [], ""
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                r = await client.get(
+                    f"/api/v1/jobs?status=FAILED&limit={limit}&cursor={cursor}", headers=headers
+                )
+                samples.append((time.perf_counter() - t0) * 1000)
+                cursor = r.json()["nextCursor"] or ""
+            _report("status=FAILED, walking pages by cursor", samples)
+
+
+def _report(label: str, ms: list[float]) -> None:
+    print(
+        f"{label:45s} n={len(ms):4d}  p50 {statistics.median(ms):6.2f} ms  "
+        f"p95 {_pct(ms, 95):6.2f} ms  p99 {_pct(ms, 99):6.2f} ms  max {max(ms):6.2f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--failed", type=float, default=0.02, help="share of FAILED rows")
+    parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--no-durable", action="store_true")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="vakit-search-bench-"))
+    base.chmod(0o755)
+    server = PgServer(base / "shard0", durable=not args.no_durable)
+    server.start()
+    try:
+        server.create_database("vakit")
+        dsn = server.dsn_for("vakit")
+        migrate_shard(dsn, 0)
+        asyncio.run(_prepare(dsn))
+        seconds = load(dsn, args.rows, args.failed)
+        print(f"loaded {args.rows:,} history rows with COPY in {seconds:.1f} s (+ VACUUM ANALYZE)")
+        with psycopg.connect(dsn) as conn:
+            parts = conn.execute(query("history_partitions")).fetchone()
+        print(f"job_history partitions: {parts[0] if parts else '?'}; page limit {args.limit}")
+        asyncio.run(measure(dsn, args.repeat, args.limit))
+    finally:
+        server.stop("immediate")
+
+
+async def _prepare(dsn: str) -> None:
+    """The janitor's day partitions, before the load: rows land in their day."""
+    store = PgStore([dsn], max_size=2, timeout=5.0)
+    await store.open()
+    try:
+        today = datetime.now(UTC).date()
+        await store.maintain_history(
+            0,
+            MaintainHistoryParams(
+                retention_days=30, today=today - timedelta(days=DAYS), days_ahead=DAYS + 2
+            ),
+        )
+    finally:
+        await store.close()
+
+
+if __name__ == "__main__":
+    main()
