@@ -22,20 +22,23 @@ import random
 import statistics
 import tempfile
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import psycopg
+from psycopg import sql
 
 import shardmap
 from benchmarks.sql import query
 from cluster.config import Settings
 from cluster.local.pgserver import PgServer
-from cluster.model import MaintainHistoryParams
+from cluster.model import JobSearchParams, JobStatus, MaintainHistoryParams
 from cluster.service import api_app
 from cluster.store.migrate import migrate_shard
 from cluster.store.postgres import PgStore
+from cluster.store.sql import QUERIES
 
 OWNER, OTHER = "tenant-a", "tenant-b"
 DAYS = 10
@@ -120,6 +123,42 @@ async def measure(dsn: str, repeat: int, limit: int) -> None:
             _report("status=FAILED, walking pages by cursor", samples)
 
 
+async def measure_store(dsn: str, repeat: int, limit: int) -> None:
+    """The store call alone (what the API awaits per shard), and where the
+    database spends its time on one page."""
+    store = PgStore([dsn], max_size=2, timeout=5.0)
+    await store.open()
+    try:
+        params = JobSearchParams(OWNER, limit=limit, statuses=(JobStatus.FAILED,))
+        samples = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            page = await store.search_jobs(0, params)
+            samples.append((time.perf_counter() - t0) * 1000)
+            assert len(page) == limit
+        _report("store.search_jobs status=FAILED", samples)
+    finally:
+        await store.close()
+    args = {
+        "owner": OWNER, "before": uuid.UUID(int=(1 << 128) - 1), "status": "FAILED",
+        "statuses": None, "type": None, "cron_id": None,
+        "run_from": datetime(1, 1, 1, tzinfo=UTC), "run_to": datetime(9999, 1, 1, tzinfo=UTC),
+        "finished": None, "finished_from": datetime(1, 1, 1, tzinfo=UTC),
+        "finished_to": datetime(9999, 1, 1, tzinfo=UTC), "limit": limit,
+    }  # fmt: skip
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            query("explain_search") + sql.SQL(QUERIES["search_jobs"]), args
+        ).fetchone()
+    assert row is not None
+    plan = row[0][0]
+    print(
+        f"EXPLAIN ANALYZE status=FAILED: planning {plan['Planning Time']:.2f} ms, "
+        f"execution {plan['Execution Time']:.2f} ms, buffers hit "
+        f"{plan['Plan'].get('Shared Hit Blocks', '?')}, read {plan['Plan'].get('Shared Read Blocks', '?')}"
+    )
+
+
 def _report(label: str, ms: list[float]) -> None:
     print(
         f"{label:45s} n={len(ms):4d}  p50 {statistics.median(ms):6.2f} ms  "
@@ -151,6 +190,7 @@ def main() -> None:
         with psycopg.connect(dsn) as conn:
             parts = conn.execute(query("history_partitions")).fetchone()
         print(f"job_history partitions: {parts[0] if parts else '?'}; page limit {args.limit}")
+        asyncio.run(measure_store(dsn, args.repeat, args.limit))
         asyncio.run(measure(dsn, args.repeat, args.limit))
     finally:
         server.stop("immediate")
