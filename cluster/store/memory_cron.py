@@ -312,6 +312,7 @@ class MemCronStore:
                 paused_at=cron.paused_at or now,
                 pause_reason=params.reason,
                 next_fire_at=next_fire,
+                run_count=max(cron.run_count - len(gone), 0),
                 updated_at=self._now(),
             )
             return self._view(shard, cron)

@@ -1056,8 +1056,10 @@ ledger AS (
      WHERE o.cron_id = %(id)s AND o.job_id = g.id
 ),
 rewound AS (
+    -- They were counted as runs of the schedule (maxRuns): no longer.
     UPDATE cron_jobs
-       SET next_fire_at = least(next_fire_at, (SELECT min(scheduled_for) FROM gone))
+       SET next_fire_at = least(next_fire_at, (SELECT min(scheduled_for) FROM gone)),
+           run_count = greatest(run_count - (SELECT count(*) FROM gone), 0)
      WHERE id = %(id)s AND EXISTS (SELECT 1 FROM gone)
 )
 SELECT count(*) AS withdrawn FROM gone;
