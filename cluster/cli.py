@@ -43,6 +43,17 @@ def _need_shards(settings: Settings) -> None:
         raise click.ClickException("; ".join(problems))
 
 
+def _observability(settings: Settings, role: str) -> None:
+    """Logs at the configured level; traces when an exporter is configured."""
+    from cluster import tracing
+
+    setup_logging(role, settings.log_level)
+    try:
+        tracing.setup(f"vakit-{role}", settings.tracing_exporter, settings.tracing_sample_ratio)
+    except tracing.TracingUnavailable as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 def _check_layout(settings: Settings) -> None:
     """Refuse to run on a shard list that differs from the cluster's."""
     from cluster.store.layout import LayoutError, check_layout
@@ -108,7 +119,7 @@ def api(config: str | None) -> None:
     """Serve the HTTP API."""
     settings = _settings(config)
     _need_shards(settings)
-    setup_logging("api")
+    _observability(settings, "api")
     _check_layout(settings)
     from cluster.service import run_api
 
@@ -121,7 +132,7 @@ def worker(config: str | None) -> None:
     """Claim and fire jobs (SIGTERM stops it gracefully)."""
     settings = _settings(config)
     _need_shards(settings)
-    setup_logging("worker")
+    _observability(settings, "worker")
     _check_layout(settings)
     from cluster.service import run_worker
 

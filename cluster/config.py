@@ -242,6 +242,20 @@ class Settings(BaseSettings):
     # -- housekeeping -------------------------------------------------------
     history_retention_days: int = Field(30, ge=1)
 
+    # -- logs and traces ------------------------------------------------------
+    log_level: str = Field(
+        "info", pattern="(?i)^(debug|info|warning|error|critical)$", description="Log level."
+    )
+    tracing_exporter: str = Field(
+        "none",
+        pattern="(?i)^(none|otlp|console)$",
+        description="OpenTelemetry traces: none (off), otlp (to OTEL_EXPORTER_OTLP_ENDPOINT) "
+        "or console; needs the otel extra.",
+    )
+    tracing_sample_ratio: float = Field(
+        1.0, ge=0, le=1, description="Share of new traces recorded (a caller's choice is kept)."
+    )
+
     @field_validator("shards", mode="before")
     @classmethod
     def _shards(cls, value: Any) -> Any:

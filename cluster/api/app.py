@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -25,7 +27,7 @@ from prometheus_client.metrics import Counter, Histogram
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cluster import __version__, metrics
+from cluster import __version__, logs, metrics, tracing
 from cluster.api import cron_actions, job_actions
 from cluster.api import crons as cron_routes
 from cluster.api import jobs as job_routes
@@ -48,6 +50,9 @@ from cluster.store.base import CronStore, Store
 __all__ = ["ApiContext", "create_app"]
 
 log = logging.getLogger(__name__)
+# Request ids of this process when the caller sends none: short, unique, cheap.
+_PROCESS_TAG = secrets.token_hex(3)
+_REQUEST_IDS = itertools.count(1)
 # A batch carries up to 1,000 jobs: its body may be this large.
 BATCH_MAX_BYTES = 16 * 1024 * 1024
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -151,6 +156,14 @@ async def _connect_view(ctx: ApiContext) -> None:
 FastRoute = Callable[[Scope, bytes], Awaitable[Response | None]]
 
 
+def _request_id(scope: Scope) -> str:
+    """The caller's X-Request-Id (first 64 characters), else one of ours."""
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            return str(value[:64].decode("latin-1"))
+    return f"{_PROCESS_TAG}-{next(_REQUEST_IDS)}"
+
+
 class RequestAccounting:
     """Refuses what must not be served (too large, too many at once) and
     counts and times every request.
@@ -179,6 +192,38 @@ class RequestAccounting:
         # Metric children by labels: .labels() takes a lock and hashes per call.
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
+    async def _traced(
+        self, scope: Scope, receive: Receive, send: Send, fast: FastRoute | None, body: bytes | None
+    ) -> None:
+        """The request as a server span, continuing the caller's trace."""
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        with tracing.span(
+            f"{scope['method']} {scope['path']}",
+            kind="server",
+            headers=headers,
+            attributes={"http.request.method": scope["method"], "url.path": scope["path"],
+                        "vakit.request_id": logs.context().get("request_id", "")},
+        ) as span:  # fmt: skip
+            status = 0
+
+            async def send_traced(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            try:
+                if fast is not None and body is not None:
+                    await self._serve_fast(fast, scope, body, receive, send_traced)
+                else:
+                    await self.app(scope, receive, send_traced)
+            finally:
+                route = scope.get("route")
+                if route is not None:
+                    span.update_name(f"{scope['method']} {route.path}")
+                    span.set_attribute("http.route", route.path)
+                span.set_attribute("http.response.status_code", status)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -200,6 +245,7 @@ class RequestAccounting:
                 await problem_response(*refusal)(scope, receive, send_status)
                 return
             self.in_flight += 1
+            token = logs.bind(request_id=_request_id(scope))
             try:
                 body: bytes | None = None
                 if scope["method"] in _WITH_BODY:
@@ -214,13 +260,19 @@ class RequestAccounting:
                 fast = self.fast_routes.get((scope["method"], path))
                 if fast is not None and body is not None:
                     route_label = path
-                    await self._serve_fast(fast, scope, body, receive, send_status)
                 else:
+                    fast = None
                     if body is not None:
                         receive = _replay(body, receive)
+                if tracing.ENABLED:
+                    await self._traced(scope, receive, send_status, fast, body)
+                elif fast is not None and body is not None:
+                    await self._serve_fast(fast, scope, body, receive, send_status)
+                else:
                     await self.app(scope, receive, send_status)
             finally:
                 self.in_flight -= 1
+                logs.unbind(token)
         finally:
             method = scope["method"]
             if method not in _METHODS:

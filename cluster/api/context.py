@@ -25,6 +25,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, Query, Request
 
 import shardmap
+from cluster import logs
 from cluster.api.quotas import OwnerLimits
 from cluster.clock import Clock
 from cluster.config import Settings
@@ -134,11 +135,13 @@ class ApiContext:
         ``acting_for`` (the ``owner`` query parameter) or its own name."""
         who = self.principal_for(authorization)
         if acting_for is None or acting_for == who.name:
+            logs.bind(owner=who.name)  # the request's later log lines; reset with its request id
             return who.name
         if not who.operator:
             raise Forbidden("only an operator token may act for another owner (?owner=)")
         if not 1 <= len(acting_for) <= 64:
             raise InvalidRequest("owner must be 1 to 64 characters", field="owner")
+        logs.bind(owner=acting_for, operator=who.name)
         return acting_for
 
     def operator_for(self, authorization: str | None) -> Principal:

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 import shardmap
+from cluster import tracing
 from cluster.api.batches import Results, item_failure, json_response, write_shards
 from cluster.api.context import ApiContext, Ctx, Owner
 from cluster.api.problems import problem_for, problem_response
@@ -71,6 +72,11 @@ def parse_job_id(text: str) -> uuid.UUID:
         raise NotFound(str(exc)) from exc
 
 
+def _untraced(target: dict[str, Any]) -> dict[str, Any]:
+    """The target as the client gave it: the stored trace context is ours."""
+    return {k: v for k, v in target.items() if k != "traceparent"}
+
+
 def job_out(job: JobRecord, shard: int) -> JobOut:
     return JobOut(
         jobId=job_id_text(job.id),
@@ -82,7 +88,7 @@ def job_out(job: JobRecord, shard: int) -> JobOut:
         maxAttempts=job.max_attempts,
         timeoutSeconds=job.timeout_seconds,
         shard=shard,
-        target=job.target,
+        target=job.target if "traceparent" not in job.target else _untraced(job.target),
         payload=job.payload,
         lastError=job.last_error,
         idempotencyKey=job.idempotency_key,
@@ -152,6 +158,11 @@ def _prepare(
     """The checks a body's schema cannot make: target policy, payload size."""
     target = body.target.model_dump(exclude_none=True)
     ctx.check_target(target, owner)
+    if tracing.ENABLED:
+        # The create's trace continues at the firing (cluster/tracing.py).
+        parent = tracing.current_traceparent()
+        if parent:
+            target["traceparent"] = parent
     ctx.check_payload(body.payload)
     run_at = utc(body.run_at())
     far = run_at > now + timedelta(seconds=ctx.settings.far_horizon_seconds)

@@ -39,7 +39,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import AsyncRowFactory, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from cluster import metrics
+from cluster import metrics, tracing
 from cluster.errors import Conflict, ShardUnavailable, StoreError, VakitError
 from cluster.store.migrate import LATEST_VERSION
 from cluster.store.sql import QUERIES
@@ -282,6 +282,18 @@ class PgShards:
         self, shard: int, name: str, params: dict[str, Any], rows: AsyncRowFactory[R]
     ) -> list[R]:
         """Run the named query ``name`` on ``shard``; rows as ``rows`` makes them."""
+        if tracing.ENABLED:
+            with tracing.span(
+                f"db {name}",
+                kind="client",
+                attributes={"db.system": "postgresql", "db.operation.name": name, "vakit.shard": shard},
+            ):
+                return await self._fetch_as(shard, name, params, rows)
+        return await self._fetch_as(shard, name, params, rows)
+
+    async def _fetch_as(
+        self, shard: int, name: str, params: dict[str, Any], rows: AsyncRowFactory[R]
+    ) -> list[R]:
         started = time.perf_counter()
         try:
             async with self.connection(shard) as conn, conn.cursor(row_factory=rows) as cur:

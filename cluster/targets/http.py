@@ -25,6 +25,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from multidict import CIMultiDict
 from yarl import URL
 
+from cluster import tracing
 from cluster.model import ClaimedJob
 from cluster.targets import FireResult, firing_body, idempotency_key
 from cluster.targets.policy import AddressPolicy, AddressRefused, TargetRefused
@@ -177,6 +178,9 @@ class HttpTarget:
         if owner is not None:
             own["Vakit-Owner"] = owner
         own.update(self._signer.headers(owner, key, body))
+        # The firing span's trace context (the job's create trace continued),
+        # or, with tracing off here, the one stored at create, passed on.
+        tracing.inject(own, job.target.get("traceparent"))
         headers: Mapping[str, str] = own
         custom = job.target.get("headers")
         if custom:

@@ -32,6 +32,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from cluster import tracing
 from cluster.model import ClaimedJob
 from cluster.targets import FireResult, firing_body, idempotency_key
 from cluster.targets.policy import TargetRefused
@@ -246,6 +247,10 @@ class KafkaTarget:
         if job.owner is not None:
             headers.append(("Vakit-Owner", job.owner.encode()))
         headers.extend((name, v.encode()) for name, v in self._signer.headers(job.owner, ikey, value))
+        trace: dict[str, str] = {}
+        tracing.inject(trace, job.target.get("traceparent"))
+        if trace:
+            headers.append(("traceparent", trace["traceparent"].encode()))
 
         loop = asyncio.get_running_loop()
         done: asyncio.Future[KafkaError | None] = loop.create_future()

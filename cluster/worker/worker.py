@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import shardmap
-from cluster import metrics
+from cluster import metrics, tracing
 from cluster.backoff import backoff
 from cluster.clock import Clock, SystemClock
 from cluster.config import Settings
@@ -321,7 +321,9 @@ class Worker:
             result = FireResult.permanent(f"no target of kind {kind!r} here")
         else:
             try:
-                if getattr(target, "enforces_timeout", False):
+                if tracing.ENABLED:
+                    result = await self._fire_traced(target, entry, lateness)
+                elif getattr(target, "enforces_timeout", False):
                     # The target bounds its own wait; a second timer per
                     # firing would only cost time at the round hour.
                     result = await target.fire(job, entry.job_id, float(job.timeout_seconds))
@@ -335,6 +337,22 @@ class Worker:
                 result = FireResult.retry(f"{type(exc).__name__}: {exc}")
         self._metrics.note_fired(job, result, time.perf_counter() - called)
         return self._result_for(entry, result, started, lateness)
+
+    async def _fire_traced(self, target: Target, entry: InFlight, lateness: float) -> FireResult:
+        """The call as a span, the child of the job's create when it has one
+        (cluster/tracing.py); the target sends this span's traceparent."""
+        job = entry.job
+        with tracing.span(
+            f"fire {job.target_kind}",
+            kind="client",
+            parent=tracing.traceparent_of(job.target),
+            attributes={"vakit.job_id": entry.job_id, "vakit.shard": entry.shard,
+                        "vakit.attempt": job.attempt, "vakit.lateness_seconds": lateness},
+        ) as span:  # fmt: skip
+            async with asyncio.timeout(job.timeout_seconds):
+                result = await target.fire(job, entry.job_id, float(job.timeout_seconds))
+            span.set_attribute("vakit.result", "ok" if result.ok else (result.error or "error"))
+            return result
 
     def _result_for(
         self, entry: InFlight, result: FireResult, started: datetime, lateness: float
