@@ -282,18 +282,6 @@ class PgShards:
         self, shard: int, name: str, params: dict[str, Any], rows: AsyncRowFactory[R]
     ) -> list[R]:
         """Run the named query ``name`` on ``shard``; rows as ``rows`` makes them."""
-        if tracing.ENABLED:
-            with tracing.span(
-                f"db {name}",
-                kind="client",
-                attributes={"db.system": "postgresql", "db.operation.name": name, "vakit.shard": shard},
-            ):
-                return await self._fetch_as(shard, name, params, rows)
-        return await self._fetch_as(shard, name, params, rows)
-
-    async def _fetch_as(
-        self, shard: int, name: str, params: dict[str, Any], rows: AsyncRowFactory[R]
-    ) -> list[R]:
         started = time.perf_counter()
         try:
             async with self.connection(shard) as conn, conn.cursor(row_factory=rows) as cur:
@@ -312,6 +300,13 @@ class PgShards:
         if child is None:
             child = self._timers[key] = metrics.STORE_QUERY_SECONDS.labels(str(shard), name)
         child.observe(seconds)
+        if tracing.ENABLED:  # every named statement passes here, whichever path ran it
+            tracing.record(
+                f"db {name}",
+                seconds,
+                kind="client",
+                attributes={"db.system": "postgresql", "db.operation.name": name, "vakit.shard": shard},
+            )
         stats = self._pools[shard].get_stats()
         gauges = self._pool_gauges[shard]
         gauges[0].set(stats.get("pool_size", 0))
