@@ -33,8 +33,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 JOB_COLUMNS = ("jobId", "status", "type", "runAt", "attempt", "maxAttempts", "lastError")
 CRON_COLUMNS = (
-    "cronJobId", "name", "schedule", "timeZone", "enabled", "nextFireAt", "runCount", "missedCount",
+    "cronJobId", "name", "schedule", "timeZone", "enabled", "paused", "nextFireAt", "runCount",
+    "missedCount",
 )  # fmt: skip
+DEAD_COLUMNS = ("jobId", "type", "scheduledFor", "finishedAt", "attempt", "lastError")
 
 
 class NotFoundError(click.ClickException):
@@ -136,6 +138,85 @@ def jobs_get(call: Call, job_id: str) -> None:
     if attempts:
         click.echo("")
         click.echo(table(attempts, ("attempt", "worker", "startedAt", "finishedAt", "outcome", "error")))
+
+
+def _filters(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The job search's filters, as options (GET /jobs, POST /jobs:retry|cancel)."""
+    options = [
+        click.option("--type", "type_", help="Only jobs of this type."),
+        click.option("--cron", "cron", metavar="CRON", help="Only this cron job's occurrences (id or name)."),
+        click.option("--run-at-from", metavar="TIME", help="RFC 3339: runAt at or after it."),
+        click.option("--run-at-to", metavar="TIME", help="RFC 3339: runAt before it."),
+        click.option("--finished-from", metavar="TIME", help="RFC 3339: finished at or after it."),
+        click.option("--finished-to", metavar="TIME", help="RFC 3339: finished before it."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _filter_fields(call: Call, flags: dict[str, Any]) -> dict[str, Any]:
+    cron = flags.pop("cron", None)
+    fields = {
+        "type": flags.pop("type_", None),
+        "cronJobId": _cron_id(call, cron) if cron else None,
+        "runAtFrom": flags.pop("run_at_from", None),
+        "runAtTo": flags.pop("run_at_to", None),
+        "finishedFrom": flags.pop("finished_from", None),
+        "finishedTo": flags.pop("finished_to", None),
+    }
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _statuses(values: tuple[str, ...]) -> list[str]:
+    return [s.strip().upper() for v in values for s in v.split(",") if s.strip()]
+
+
+def _search(
+    call: Call, params: dict[str, Any], every: bool, columns: tuple[str, ...]
+) -> None:
+    """GET /jobs, one page or (``every``) all of them; a shard that could not
+    be read makes the answer incomplete: said on stderr, and exit 1."""
+    items: list[dict[str, Any]] = []
+    missing: set[int] = set()
+    cursor = params.pop("cursor", None)
+    while True:
+        page = call.api.request("GET", "/api/v1/jobs", params={**params, "cursor": cursor})
+        items += page["items"]
+        missing.update(page.get("missingShards") or [])
+        cursor = page.get("nextCursor")
+        if not every or not cursor:
+            break
+    call.emit({"items": items, "nextCursor": cursor, "missingShards": sorted(missing)}, columns, items)
+    if call.fmt == "table" and cursor:
+        click.echo(f"(more: --cursor {cursor}, or --all)")
+    if missing:
+        raise click.ClickException(
+            f"incomplete: shard(s) {', '.join(map(str, sorted(missing)))} could not be read"
+        )
+
+
+@api_command(jobs, "list")
+@click.option("--status", multiple=True, help="SCHEDULED, RUNNING, SUCCEEDED, FAILED, CANCELLED, SKIPPED; repeat or comma separate.")
+@_filters
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True, help="Jobs per page.")
+@click.option("--cursor", help="A page's nextCursor.")
+@click.option("--all", "every", is_flag=True, help="Follow nextCursor to the last page.")
+@click.option("--attempts", is_flag=True, help="Include each job's attempt log (json/yaml).")
+def jobs_list(call: Call, status: tuple[str, ...], limit: int, cursor: str | None, every: bool, attempts: bool, **flags: Any) -> None:
+    """Search the owner's jobs on every shard, newest first."""
+    params = {**_filter_fields(call, flags), "status": _statuses(status), "limit": limit,
+              "cursor": cursor, "attempts": attempts or None}  # fmt: skip
+    _search(call, params, every, JOB_COLUMNS)
+
+
+@api_command(jobs, "retry")
+@click.argument("job_id")
+def jobs_retry(call: Call, job_id: str) -> None:
+    """Run a FAILED or CANCELLED job again: same jobId and scheduledFor, a
+    new series of attempts (any other status: exit 1, 409)."""
+    job = call.api.request("POST", f"/api/v1/jobs/{_quote(job_id)}/retry")
+    call.emit(job, JOB_COLUMNS)
 
 
 @api_command(jobs, "cancel")
@@ -251,6 +332,62 @@ def _body_from_flags(flags: dict[str, Any]) -> dict[str, Any]:
     if flags["disabled"]:
         body["enabled"] = False
     return body
+
+
+@api_command(crons, "pause")
+@click.argument("cron")
+@click.option("--reason", required=True, help="Why; shown in get and list.")
+def crons_pause(call: Call, cron: str, reason: str) -> None:
+    """Run no slot until resumed; slots that pass meanwhile follow the
+    misfire policy on resume."""
+    out = call.api.request(
+        "POST", f"/api/v1/cron-jobs/{_quote(_cron_id(call, cron))}/pause", body={"reason": reason}
+    )
+    call.emit(out, ("cronJobId", "name", "paused", "pauseReason"))
+
+
+@api_command(crons, "resume")
+@click.argument("cron")
+def crons_resume(call: Call, cron: str) -> None:
+    """Run slots again."""
+    out = call.api.request("POST", f"/api/v1/cron-jobs/{_quote(_cron_id(call, cron))}/resume")
+    call.emit(out, ("cronJobId", "name", "paused", "nextFireAt"))
+
+
+@api_command(crons, "backfill")
+@click.argument("cron")
+@click.option("--from", "from_", required=True, metavar="TIME", help="RFC 3339, included.")
+@click.option("--to", required=True, metavar="TIME", help="RFC 3339, excluded; not in the future.")
+@click.option("--overlap", type=click.Choice(["ALLOW", "SKIP"]), default=None, help="SKIP: refuse while an occurrence is pending or running.")
+@click.option("--rerun", is_flag=True, help="Run slots that already ran again.")
+@click.option("--dry-run", is_flag=True, help="Say what would happen; write nothing.")
+def crons_backfill(call: Call, cron: str, from_: str, to: str, overlap: str | None, rerun: bool, dry_run: bool) -> None:
+    """Run the slots of a past range, each once: a slot that already ran is
+    reported, not doubled (unless --rerun). Long ranges are written in calls
+    of 1,000 slots, one after another."""
+    path = f"/api/v1/cron-jobs/{_quote(_cron_id(call, cron))}/backfill"
+    body: dict[str, Any] = {"from": from_, "to": to, "rerun": rerun, "dryRun": dry_run}
+    if overlap is not None:
+        body["overlap"] = overlap
+    slots: list[dict[str, Any]] = []
+    totals = {"created": 0, "existing": 0, "rerun": 0}
+    while True:
+        out = call.api.request("POST", path, body=body)
+        slots += out["slots"]
+        for key in totals:
+            totals[key] += out[key]
+        # A dry run writes nothing, so its next call would see the same slots.
+        if dry_run or not out.get("nextFrom"):
+            break
+        body["from"] = out["nextFrom"]
+    result = {"dryRun": dry_run, "slots": slots, **totals, "nextFrom": out.get("nextFrom")}
+    call.emit(result, ("scheduledFor", "jobId", "outcome", "status"), slots)
+    if call.fmt == "table":
+        verb = "would be " if dry_run else ""
+        click.echo(
+            f"{totals['created']} {verb}created, {totals['existing']} existing (not doubled), "
+            f"{totals['rerun']} {verb}rerun" + (f"; more from {out['nextFrom']}" if out.get("nextFrom") else "")
+        )
 
 
 @api_command(crons, "delete")
@@ -439,6 +576,69 @@ def _fire(fire: Any) -> dict[str, Any]:
     }
 
 
+# -- dead letters ------------------------------------------------------------------
+
+
+@click.group()
+def dlq() -> None:
+    """Dead letters: FAILED jobs, why they failed, and running them again."""
+
+
+@api_command(dlq, "list")
+@_filters
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True, help="Jobs per page.")
+@click.option("--cursor", help="A page's nextCursor.")
+@click.option("--all", "every", is_flag=True, help="Follow nextCursor to the last page.")
+@click.option("--attempts", is_flag=True, help="Include each job's attempt log (json/yaml).")
+def dlq_list(call: Call, limit: int, cursor: str | None, every: bool, attempts: bool, **flags: Any) -> None:
+    """The FAILED jobs, newest first, with their last error."""
+    params = {**_filter_fields(call, flags), "status": ["FAILED"], "limit": limit,
+              "cursor": cursor, "attempts": attempts or None}  # fmt: skip
+    _search(call, params, every, DEAD_COLUMNS)
+
+
+@api_command(dlq, "retry")
+@click.argument("job_ids", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Every FAILED job the filters match, in calls of --limit.")
+@_filters
+@click.option("--include-cancelled", is_flag=True, help="With --all: CANCELLED jobs too.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Jobs per call.")
+@click.option("--dry-run", is_flag=True, help="With --all: list the jobs that would run again.")
+def dlq_retry(
+    call: Call, job_ids: tuple[str, ...], every: bool, include_cancelled: bool, limit: int,
+    dry_run: bool, **flags: Any,
+) -> None:  # fmt: skip
+    """Run dead letters again: the JOB_IDS given, or --all that match the filters."""
+    if bool(job_ids) == every:
+        raise click.UsageError("give job ids, or --all (with filters)")
+    if job_ids:
+        if dry_run:
+            raise click.UsageError("--dry-run goes with --all")
+        done = [call.api.request("POST", f"/api/v1/jobs/{_quote(j)}/retry") for j in job_ids]
+        call.emit(done, JOB_COLUMNS)
+        return
+    body: dict[str, Any] = {**_filter_fields(call, flags), "limit": limit, "dryRun": dry_run}
+    body["status"] = ["FAILED", "CANCELLED"] if include_cancelled else ["FAILED"]
+    acted: list[str] = []
+    failed: list[dict[str, Any]] = []
+    missing: set[int] = set()
+    for _ in range(10_000):  # bounded: each call retries up to `limit`
+        out = call.api.request("POST", "/api/v1/jobs:retry", body=body)
+        acted += out["jobIds"]
+        failed += out["failed"]
+        missing.update(out.get("missingShards") or [])
+        if dry_run or not out["more"] or not out["jobIds"]:
+            break
+    result = {"dryRun": dry_run, "jobIds": acted, "failed": failed, "missingShards": sorted(missing)}
+    call.emit(result, ("jobId",), [{"jobId": j} for j in acted])
+    if call.fmt == "table":
+        click.echo(f"{len(acted)} job(s) {'would be ' if dry_run else ''}retried, {len(failed)} refused")
+    if failed or missing:
+        raise click.ClickException(
+            f"{len(failed)} refused" + (f"; shard(s) {sorted(missing)} could not be read" if missing else "")
+        )
+
+
 # -- completion ------------------------------------------------------------------
 
 
@@ -458,5 +658,5 @@ def completion(ctx: click.Context, shell: str) -> None:
 
 def register(main: click.Group) -> None:
     """Add the HTTP commands to the ``vakit`` group."""
-    for command in (jobs, crons, completion):
+    for command in (jobs, crons, dlq, completion):
         main.add_command(command)

@@ -8,7 +8,9 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 import yaml
 
 from cluster.local.pgserver import PgServer
+from tests.helpers import start_sink, wait_for
 from tests.pgfixtures import clone_databases, drop_databases
 from tests.procs import REPO, ProcessHarness, VakitProcess
 
@@ -26,19 +29,28 @@ TOKEN, OTHER = "cli-token", "cli-other"
 
 
 @pytest.fixture(scope="module")
-def api(pg_servers: list[PgServer], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VakitProcess]:
-    """One API process for the module, on fresh shard databases."""
+def harness(pg_servers: list[PgServer], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessHarness]:
+    """Processes on fresh shard databases, for the module."""
     dsns = clone_databases(pg_servers)
-    harness = ProcessHarness(dsns, tmp_path_factory.mktemp("cli-logs"))
+    procs = ProcessHarness(dsns, tmp_path_factory.mktemp("cli-logs"))
+    procs.settings.update(
+        api_tokens=f"{TOKEN}=team-a,{OTHER}=team-b", http_target_allow="hooks.example.com"
+    )
     try:
-        proc = harness.api(
-            api_tokens=f"{TOKEN}=team-a,{OTHER}=team-b",
-            http_target_allow="hooks.example.com",
-        ).wait_ready()
-        yield proc
+        yield procs
     finally:
-        harness.close()
+        procs.close()
         drop_databases(dsns)
+
+
+@pytest.fixture(scope="module")
+def api(harness: ProcessHarness) -> VakitProcess:
+    return harness.api().wait_ready()
+
+
+@pytest.fixture(scope="module")
+def worker(harness: ProcessHarness) -> VakitProcess:
+    return harness.worker("cli-w1").wait_ready()
 
 
 def vakit(*args: str, api: VakitProcess | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -225,3 +237,70 @@ def test_lint_offline_fires_dst_notes_and_errors(tmp_path: Path) -> None:
 def test_completion_script() -> None:
     script = ok(vakit("completion", "bash"))
     assert "_VAKIT_COMPLETE" in script and "complete" in script
+
+
+def _post(api: VakitProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(
+        api.base_url + path, data=json.dumps(body).encode(), method="POST",
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        out: dict[str, Any] = json.loads(resp.read())
+        return out
+
+
+def test_dead_letters_retry_pause_and_backfill(api: VakitProcess, worker: VakitProcess) -> None:
+    sink = start_sink()
+    try:
+        # A job whose target answers 400 fails at once: a dead letter.
+        run_at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        job = _post(api, "/api/v1/jobs", {
+            "type": "CLI_DLQ", "runAt": run_at, "target": {"kind": "HTTP", "url": sink.url},
+            "payload": {"status": 400}, "maxAttempts": 3,
+        })  # fmt: skip
+        job_id = job["jobId"]
+
+        def failed() -> list[dict[str, Any]]:
+            return [j for j in as_json(vakit("dlq", "list", "--type", "CLI_DLQ", "-o", "json", api=api))["items"]
+                    if j["jobId"] == job_id]  # fmt: skip
+
+        [dead] = wait_for(failed, what="the job to fail")
+        assert dead["status"] == "FAILED" and dead["attempt"] == 1 and "400" in (dead["lastError"] or "")
+        listed = as_json(vakit("jobs", "list", "--status", "FAILED,CANCELLED", "-o", "json", api=api))
+        assert job_id in [j["jobId"] for j in listed["items"]] and listed["missingShards"] == []
+        table = ok(vakit("dlq", "list", api=api))
+        assert job_id in table and "LAST_ERROR" in table
+
+        dry = as_json(vakit("dlq", "retry", "--all", "--type", "CLI_DLQ", "--dry-run", "-o", "json", api=api))
+        assert dry["jobIds"] == [job_id]
+        assert as_json(vakit("jobs", "get", job_id, "-o", "json", api=api))["status"] == "FAILED"  # dry
+        # Retried: the same job id, a new attempt series; it fails again (the
+        # target still answers 400) with attempt 2.
+        ok(vakit("dlq", "retry", job_id, api=api))
+        wait_for(
+            lambda: as_json(vakit("jobs", "get", job_id, "-o", "json", api=api))["attempt"] == 2
+            and as_json(vakit("jobs", "get", job_id, "-o", "json", api=api))["status"] == "FAILED",
+            what="the retried job's second attempt",
+        )
+        assert {f.job_id for f in sink.firings} == {job_id} and len(sink.firings) == 2
+        # Neither ids nor --all: usage.
+        assert vakit("dlq", "retry", api=api).returncode == 2
+
+        # Pause and resume, by name, with the reason shown.
+        ok(vakit("crons", "create", "--name", "hourly", "--schedule", "0 * * * *", "--time-zone", "UTC",
+                 "--url", sink.url, "--payload", "{}", api=api))  # fmt: skip
+        paused = as_json(vakit("crons", "pause", "hourly", "--reason", "target migration", "-o", "json", api=api))
+        assert paused["paused"] is True and paused["pauseReason"] == "target migration"
+        assert vakit("crons", "pause", "hourly", api=api).returncode == 2  # --reason is required
+        resumed = as_json(vakit("crons", "resume", "hourly", "-o", "json", api=api))
+        assert resumed["paused"] is False
+
+        # Backfill a past range: each slot once, a second backfill doubles nothing.
+        hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        frm, to = (hour - timedelta(hours=3)).isoformat(), (hour - timedelta(minutes=1)).isoformat()
+        first = as_json(vakit("crons", "backfill", "hourly", "--from", frm, "--to", to, "-o", "json", api=api))
+        assert first["created"] == 3 and first["existing"] == 0
+        again = ok(vakit("crons", "backfill", "hourly", "--from", frm, "--to", to, api=api))
+        assert "0 created, 3 existing" in again
+    finally:
+        sink.close()
