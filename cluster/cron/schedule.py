@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import calendar
+import dataclasses
 import heapq
 import itertools
 import re
@@ -233,6 +234,7 @@ class _Candidate:
     instant: datetime
     gap_wall: str | None = None  # "02:30" when the slot did not exist that day
     note: str | None = None
+    dropped: bool = False  # dstPolicy SKIP: a note only, never a firing
 
 
 class CronSchedule(Schedule):
@@ -275,33 +277,61 @@ class CronSchedule(Schedule):
         heap: list[tuple[datetime, int, _Candidate]] = []
         order = itertools.count()
         last = after
+        # A slot that dstPolicy SKIP dropped fires nothing; what it says goes
+        # on the next firing, so the preview shows the policy at work.
+        dropped: str | None = None
+
+        def release() -> Iterator[Fire]:
+            nonlocal last, dropped
+            fire, skipped = self._pop_merged(heap)
+            if fire.scheduled_for <= last:
+                return
+            if fire is skipped:
+                dropped = fire.note
+                return
+            if dropped is not None:
+                note = dropped if fire.note is None else f"{fire.note}; {dropped}"
+                fire, dropped = Fire(fire.scheduled_for, fire.local, note), None
+            last = fire.scheduled_for
+            yield fire
+
         for candidates, floor in self._slots(after):
             for candidate in candidates:
                 heapq.heappush(heap, (candidate.instant, next(order), candidate))
             while heap and heap[0][0] < floor:
-                fire = self._pop_merged(heap)
-                if fire.scheduled_for > last:
-                    last = fire.scheduled_for
-                    yield fire
+                yield from release()
         while heap:
-            fire = self._pop_merged(heap)
-            if fire.scheduled_for > last:
-                last = fire.scheduled_for
-                yield fire
+            yield from release()
 
-    def _pop_merged(self, heap: list[tuple[datetime, int, _Candidate]]) -> Fire:
+    def _pop_merged(self, heap: list[tuple[datetime, int, _Candidate]]) -> tuple[Fire, Fire | None]:
+        """The next instant, its candidates merged, and itself again when
+        only dropped slots (dstPolicy SKIP) were there: it does not fire."""
         # Several slots can land on one instant (02:00 and 02:30 both moved to the
         # end of a gap, plus a real 03:00 slot): they fire once.
         instant, _, first = heapq.heappop(heap)
         merged = [first]
         while heap and heap[0][0] == instant:
             merged.append(heapq.heappop(heap)[2])
-        gap_walls = [c.gap_wall for c in merged if c.gap_wall is not None]
         local = instant.astimezone(self._zone)
+        dropped = sorted({c.gap_wall for c in merged if c.dropped and c.gap_wall is not None})
+        real = [c for c in merged if not c.dropped]
+        dropped_note = (
+            f"DST gap on {local:%Y-%m-%d}: {', '.join(dropped)} did not exist; "
+            "not fired (dstPolicy SKIP)"
+            if dropped
+            else None
+        )
+        if not real:
+            fire = Fire(instant, local, dropped_note)
+            return fire, fire
+        gap_walls = [c.gap_wall for c in real if c.gap_wall is not None]
         if gap_walls:
-            return Fire(instant, local, _gap_note(gap_walls, local))
-        note = next((c.note for c in merged if c.note is not None), None)
-        return Fire(instant, local, note)
+            note: str | None = _gap_note(gap_walls, local)
+        else:
+            note = next((c.note for c in real if c.note is not None), None)
+        if dropped_note is not None:
+            note = dropped_note if note is None else f"{note}; {dropped_note}"
+        return Fire(instant, local, note), None
 
     def _slots(self, after: datetime) -> Iterator[tuple[list[_Candidate], datetime]]:
         """(instants of one slot, floor of all later slots), slot by slot in wall order."""
@@ -329,7 +359,7 @@ class CronSchedule(Schedule):
                     candidates = self._resolve(wall)
                     if clamp_note is not None:
                         candidates = [
-                            c if c.note else _Candidate(c.instant, c.gap_wall, clamp_note)
+                            c if c.note else dataclasses.replace(c, note=clamp_note)
                             for c in candidates
                         ]
                     yield candidates, self._earliest(wall + _MINUTE)
@@ -417,9 +447,10 @@ class CronSchedule(Schedule):
         """The instants of one slot on a transition day, by the DST rule."""
         first = self._utc(wall, 0)
         if self._wall(first) != wall:
-            if self._fields.wildcard or self.dst == "SKIP":
+            if self._fields.wildcard:
                 return []
-            return [_Candidate(self._gap_end(wall), gap_wall=f"{wall:%H:%M}")]
+            gap_end = self._gap_end(wall)
+            return [_Candidate(gap_end, gap_wall=f"{wall:%H:%M}", dropped=self.dst == "SKIP")]
         second = self._utc(wall, 1)
         if second == first or self._wall(second) != wall:
             return [_Candidate(first)]

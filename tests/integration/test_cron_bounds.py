@@ -131,4 +131,6 @@ async def test_preview_shows_policies_and_bounds(api: httpx.AsyncClient) -> None
     assert r.status_code == 200, r.text
     r = await api.get(f"/api/v1/cron-jobs/{cid}/preview?from=2031-03-29T12:00:00Z&count=2", headers=A)
     # 2031-03-30 is Berlin's spring-forward day: 02:30 does not exist and SKIP drops it.
-    assert [f["local"][:16] for f in r.json()["fires"]] == ["2031-03-31T02:30", "2031-04-01T02:30"]
+    fires = r.json()["fires"]
+    assert [f["local"][:16] for f in fires] == ["2031-03-31T02:30", "2031-04-01T02:30"]
+    assert fires[0]["note"] == "DST gap on 2031-03-30: 02:30 did not exist; not fired (dstPolicy SKIP)"

@@ -92,8 +92,22 @@ def test_gap_cronie_fires_at_the_end_of_the_gap_skip_does_not_fire(
     skip = list(parse_schedule(expression, zone, dst="SKIP").fires(start, count=2))
     assert local_days(cronie) == [f"2027-03-{day:02d} 03:00", f"2027-03-{day + 1:02d} 02:30"]
     assert cronie[0].note is not None and cronie[0].note.startswith("DST gap")
-    # SKIP: no firing on the transition day; the next day as usual.
+    # SKIP: no firing on the transition day; the next day as usual, and the
+    # next firing says what was dropped (the preview shows the policy).
     assert local_days(skip) == [f"2027-03-{day + 1:02d} 02:30", f"2027-03-{day + 2:02d} 02:30"]
+    assert skip[0].note == f"DST gap on 2027-03-{day:02d}: 02:30 did not exist; not fired (dstPolicy SKIP)"
+    assert skip[1].note is None
+    # The slots the materializer gets are the same without the notes.
+    assert parse_schedule(expression, zone, dst="SKIP").next_fire(start) == skip[0]
+
+
+def test_skip_drops_only_the_missing_slot_of_a_transition_day() -> None:
+    # 02:00 and 02:30 are dropped; the real 03:00 slot, at the gap's end,
+    # fires and carries the note.
+    schedule = parse_schedule("0,30 2-3 * * *", "Europe/Berlin", dst="SKIP")
+    fires = list(schedule.fires(utc(2027, 3, 27, 12), count=3))
+    assert local_days(fires) == ["2027-03-28 03:00", "2027-03-28 03:30", "2027-03-29 02:00"]
+    assert fires[0].note is not None and "02:00, 02:30 did not exist; not fired" in fires[0].note
 
 
 @pytest.mark.parametrize(
