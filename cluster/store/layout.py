@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -87,12 +88,17 @@ def _claim(dsns: Sequence[str], timeout: float) -> None:
     for i, dsn in enumerate(dsns):
         try:
             with psycopg.connect(dsn, connect_timeout=max(1, int(timeout)), autocommit=True) as conn:
-                conn.execute(
+                won = conn.execute(
                     QUERIES["layout_claim"],
                     {"shard_uuid": uuids[i], "shard_index": i, "shard_count": len(dsns), "fingerprint": fp},
-                )
+                ).fetchone()
         except psycopg.Error as exc:  # read-only, gone meanwhile: the next start registers
             log.warning("could not register the shard layout", extra={"shard": i, "error": str(exc)})
+            return
+        if won is None and i == 0:
+            # Processes started together all find a fresh cluster: the one
+            # that registers shard 0 registers the rest, the others wait for
+            # it (check_layout reads again) instead of racing it shard by shard.
             return
     log.info("registered the shard layout", extra={"fingerprint": fp, "shards": len(dsns)})
 
@@ -130,6 +136,15 @@ def layout_problems(places: Sequence[ShardPlace]) -> list[str]:
     return problems
 
 
+def _registering(places: Sequence[ShardPlace]) -> bool:
+    """Some reachable shards have a layout and the others none: one process's
+    registration, half done."""
+    fingerprints = {p.fingerprint for p in places if p.fingerprint}
+    return len(fingerprints) == 1 and any(
+        p.reachable and p.migrated and p.fingerprint is None for p in places
+    )
+
+
 def check_layout(dsns: Sequence[str], timeout: float = 5.0) -> list[ShardPlace]:
     """Register the layout on a fresh cluster, or check this list against it.
 
@@ -149,6 +164,13 @@ def check_layout(dsns: Sequence[str], timeout: float = 5.0) -> list[ShardPlace]:
         _claim(dsns, timeout)
         places = read_layout(dsns, timeout)
     problems = layout_problems(places)
+    deadline = time.monotonic() + timeout
+    while problems and _registering(places) and time.monotonic() < deadline:
+        # Another process is registering the layout right now (some shards
+        # have it, the others not yet): read again rather than refuse.
+        time.sleep(0.1)
+        places = read_layout(dsns, timeout)
+        problems = layout_problems(places)
     if problems:
         raise LayoutError(
             "; ".join(problems)

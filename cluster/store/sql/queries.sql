@@ -881,9 +881,11 @@ SELECT shard_uuid::text, shard_index, shard_count, fingerprint
 FROM cluster_layout;
 
 -- name: layout_claim
+-- Nothing returned: another process registered this shard first.
 INSERT INTO cluster_layout (shard_uuid, shard_index, shard_count, fingerprint)
 VALUES (%(shard_uuid)s, %(shard_index)s, %(shard_count)s, %(fingerprint)s)
-ON CONFLICT (singleton) DO NOTHING;
+ON CONFLICT (singleton) DO NOTHING
+RETURNING shard_uuid;
 
 -- ---------------------------------------------------------------------------
 -- Operators: search, retry, pause and resume, backfill
