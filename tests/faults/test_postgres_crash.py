@@ -16,10 +16,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -30,9 +28,10 @@ from cluster.local.pgserver import PgServer
 from cluster.store.migrate import migrate_shard
 from tests.faults.test_worker_faults import SHARD_MAP
 from tests.helpers import wait_for
+from tests.load import Load
 from tests.pgfixtures import SHARDS, make_base_dir
 from tests.procs import TOKEN, FaultSink, ProcessHarness, running_processes
-from tests.shards import api_body, rows
+from tests.shards import rows
 
 pytestmark = pytest.mark.faults
 
@@ -97,54 +96,6 @@ def crash_procs(durable_servers: list[PgServer], tmp_path: Path) -> Iterator[Pro
     with running_processes([s.dsn_for("vakit") for s in durable_servers], tmp_path) as harness:
         harness.settings.update({"statement_timeout": "2", "connect_timeout": "1"})
         yield harness
-
-
-class Load:
-    """Keyed creates from a few threads, each remembered with its answer."""
-
-    def __init__(self, base_url: str, url: str, threads: int = 4) -> None:
-        self.base_url = base_url
-        self.url = url
-        self.answers: dict[str, tuple[int, str | None]] = {}  # key -> (status, jobId)
-        self.created_on: dict[int, float] = {}  # shard -> when a create there last succeeded
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._run, args=(t,), daemon=True) for t in range(threads)
-        ]
-
-    def body(self, key: str) -> dict[str, object]:
-        return api_body(self.url, datetime.now(UTC) + timedelta(seconds=1), {"key": key})
-
-    def _run(self, thread: int) -> None:
-        with httpx.Client(
-            base_url=self.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
-        ) as client:
-            i = 0
-            while not self._stop.is_set():
-                key = f"load-{thread}-{i}"
-                i += 1
-                try:
-                    resp = client.post(
-                        "/api/v1/jobs", json=self.body(key), headers={"Idempotency-Key": key}
-                    )
-                    job = resp.json().get("jobId") if resp.status_code < 300 else None
-                    self.answers[key] = (resp.status_code, job)
-                except httpx.TransportError:
-                    self.answers[key] = (0, None)
-                    continue
-                if job is not None:
-                    shard = SHARD_MAP.shard_of(shardmap.decode_id("job", job))
-                    self.created_on[shard] = time.monotonic()
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
 
 
 def test_a_crashed_shard_recovers_and_loses_no_accepted_job(
