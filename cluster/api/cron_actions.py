@@ -99,7 +99,9 @@ async def backfill_cron(cron_job_id: str, body: BackfillIn, ctx: Ctx, owner: Own
     out = [
         BackfillSlotOut(
             scheduledFor=s.scheduled_for,
-            jobId=shardmap.encode_id("job", s.job_id),
+            jobId=None
+            if body.dryRun and s.outcome == "created"
+            else shardmap.encode_id("job", s.job_id),
             outcome=s.outcome,
             status=s.status.value if s.status is not None else None,
         )

@@ -120,7 +120,9 @@ class BackfillIn(_Strict):
 
 class BackfillSlotOut(BaseModel):
     scheduledFor: UtcDatetime
-    jobId: str
+    jobId: str | None = Field(
+        description="The slot's job; null in a dry run for a slot that would be created."
+    )
     outcome: Literal["created", "exists", "rerun"] = Field(
         description="created: a new occurrence; exists: the slot has one (pending, or it ran) "
         "and is not doubled; rerun: it ran and runs again with a new attempt series."

@@ -167,6 +167,7 @@ async def test_backfill_a_missed_night_once(api: httpx.AsyncClient, clock: FakeC
     url = f"/api/v1/cron-jobs/{cron_id}/backfill"
     dry = (await api.post(url, json={**night, "dryRun": True}, headers=A)).json()
     assert dry["dryRun"] and dry["created"] == 3
+    assert [s["jobId"] for s in dry["slots"]] == [None] * 3  # nothing was made
     assert (await api.get(f"/api/v1/jobs?cronJobId={cron_id}", headers=A)).json()["items"] == []
     first = (await api.post(url, json=night, headers=A)).json()
     assert (first["created"], first["existing"], first["nextFrom"]) == (3, 0, None)
