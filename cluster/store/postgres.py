@@ -335,13 +335,10 @@ class PgStore(PgShards):
 
     @wrap_exceptions
     async def search_jobs(self, shard: int, params: JobSearchParams) -> list[JobRecord]:
-        statuses = [x.value for x in params.statuses] if params.statuses is not None else None
         finished = params.finished_from is not None or params.finished_to is not None
-        args = {
+        args: dict[str, Any] = {
             "owner": params.owner,
             "before": params.before or _ABOVE_ALL_IDS,
-            "status": statuses[0] if statuses is not None and len(statuses) == 1 else None,
-            "statuses": statuses if statuses is not None and len(statuses) != 1 else None,
             "type": params.type,
             "cron_id": params.cron_id,
             "run_from": params.run_at_from or _NO_BOUND[0],
@@ -354,10 +351,23 @@ class PgStore(PgShards):
         }
         started = time.perf_counter()
         try:
-            async with self.connection(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
-                # Unprepared: a generic plan could not fold the absent filters away.
-                await cur.execute(QUERIES["search_jobs"], args, prepare=False)
-                rows = await cur.fetchall()
+            async with (
+                self.connection(shard) as conn,
+                conn.transaction(),
+                conn.cursor(row_factory=dict_row) as cur,
+            ):
+                await cur.execute(QUERIES["search_plan"])
+                rows: list[dict[str, Any]] = []
+                if params.statuses is None:
+                    await cur.execute(QUERIES["search_jobs"], args, prepare=True)
+                    rows = await cur.fetchall()
+                else:
+                    for status in params.statuses:
+                        each = {**args, "status": status.value}
+                        await cur.execute(QUERIES["search_jobs_in_status"], each, prepare=True)
+                        rows += await cur.fetchall()
+                    rows.sort(key=lambda r: r["id"], reverse=True)
+                    del rows[params.limit :]
                 attempts: dict[uuid.UUID, list[AttemptRecord]] = {}
                 if params.with_attempts and rows:
                     await cur.execute(QUERIES["get_attempts_of"], {"ids": [r["id"] for r in rows]})
