@@ -1,0 +1,240 @@
+"""Every-minute crons: N crons ``* * * * *`` made through the API, each
+firing an HTTP target, watched for M minutes.
+
+Issue 10's third figure: 20,000 crons that fire every minute, HTTP target on
+loopback, default settings: every minute's occurrences all started, p99 start
+lateness at most 2 s. Unlike the wave, the load never stops: each minute the
+materializer must make the next slot's N occurrences and the workers must
+start and finish the last one's, while the HTTP sink answers every firing.
+
+Steps: start the shards, the workers, an HTTP sink and the API; create the N
+crons with ``POST /api/v1/cron-jobs:batch`` across several owners and zones
+(every zone's ``* * * * *`` fires at the same instants); then wait until M
+whole-minute slots that begin after the creation ended have passed, plus the
+time to finish the last one; read every occurrence back from the shards.
+The report has each slot's figures (expected, made, started, lateness
+percentiles) and the headline is over all measured slots together; the worst
+slot's p99 is printed too. Slots are never dropped from the figures: the
+first measured slot is the first whole minute after the last cron exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import secrets
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from benchmarks.apiload import CRONS, ItemSource, create_items
+from benchmarks.cronwave import slot_at_least
+from benchmarks.harness import BenchCluster, ClusterSpec, ProcessSampler, bench_main, new_run
+from benchmarks.options import add_cluster_options, cluster_spec, run_settings, settings_in_effect
+from benchmarks.outcomes import Outcomes, collect, figures, server_info
+from benchmarks.report import headline, machine_info, write_report
+from benchmarks.stats import summarize
+
+__all__ = ["MinutelyOptions", "main", "run"]
+
+log = logging.getLogger("benchmarks.minutely")
+
+# `* * * * *` fires at the same instants in every zone; several zones still
+# exercise the per-zone schedule code as real owners' crons would.
+ZONES = ("UTC", "Europe/Istanbul", "Asia/Kolkata", "America/New_York")
+
+
+@dataclass
+class MinutelyOptions:
+    cluster: ClusterSpec
+    crons: int = 20_000
+    minutes: int = 3
+    target: str = "http"
+    owners: int = 4
+    create_batch: int = 1000
+    clients: int = 8
+    api_procs: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)  # recorded in settings
+
+
+def _body_factory(owner_index: int, owners: int, target: dict[str, Any], tag: str) -> Any:
+    def body(i: int) -> dict[str, Any]:
+        return {
+            "name": f"minutely-{tag}-{i}",
+            "schedule": "* * * * *",
+            "timeZone": ZONES[(i * owners + owner_index) % len(ZONES)],
+            "type": "bench.minutely",
+            "target": target,
+            "payload": {"i": i},
+            "maxAttempts": 3,
+            "timeoutSeconds": 30,
+        }
+
+    return body
+
+
+def run(opts: MinutelyOptions) -> dict[str, Any]:
+    spec = opts.cluster
+    run_id, owner = new_run()
+    machine = machine_info()
+    owners = [f"{owner}-{k}" for k in range(opts.owners)]
+    with BenchCluster(spec) as cluster:
+        dsns, target = cluster.start_scheduler(opts.target)
+        worker_settings = settings_in_effect(cluster.base_env())
+        tokens = {secrets.token_urlsafe(18): o for o in owners}
+        urls = cluster.start_apis(tokens, opts.api_procs)
+        counts = [
+            opts.crons // len(owners) + (1 if k < opts.crons % len(owners) else 0)
+            for k in range(len(owners))
+        ]
+        tag = secrets.token_hex(4)
+        sources: list[ItemSource] = [
+            (token, counts[k], _body_factory(k, len(owners), target, tag))
+            for k, token in enumerate(tokens)
+        ]
+        with ProcessSampler(cluster) as sampler:
+            mark = sampler.mark()
+            created = asyncio.run(
+                create_items(urls, sources, CRONS, batch=opts.create_batch, clients=opts.clients)
+            )
+            create_usage = sampler.usage_since(mark)
+            ended = datetime.now(UTC)
+            first = slot_at_least(ended, 1.0)
+            slots = [first + timedelta(minutes=k) for k in range(opts.minutes)]
+            log.info(
+                "created %d of %d crons in %.1f s; measuring the slots %s to %s",
+                created.accepted,
+                created.requested,
+                created.seconds,
+                slots[0].strftime("%H:%M"),
+                slots[-1].strftime("%H:%M"),
+            )
+            window = sampler.mark()
+            # Past the last slot: time for its occurrences to start and finish.
+            deadline = slots[-1] + timedelta(seconds=60)
+            while datetime.now(UTC) < deadline:
+                cluster.check_alive()
+                left = (deadline - datetime.now(UTC)).total_seconds()
+                print(
+                    f"minutely: {cluster.finished_jobs():,} firings finished; "
+                    f"{max(0.0, left):.0f} s to go",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                time.sleep(min(10.0, max(0.1, left)))
+            usage = sampler.usage_since(window)
+        sink_count = cluster.sink_count() if opts.target == "http" else None
+        cluster.stop_processes()
+        outcomes = collect(dsns, owners)
+        pg = server_info(dsns[0])
+    by_slot: dict[float, list[float]] = defaultdict(list)
+    made: dict[float, int] = defaultdict(int)
+    wanted = {s.timestamp() for s in slots}
+    for scheduled, started in zip(outcomes.scheduled, outcomes.started, strict=True):
+        if scheduled in wanted:
+            made[scheduled] += 1
+            if started is not None:
+                by_slot[scheduled].append(started - scheduled)
+    per_slot: list[dict[str, Any]] = []
+    worst_p99: float | None = None
+    for s in slots:
+        t = s.timestamp()
+        late = by_slot.get(t, [])
+        p99 = summarize(late)["p99"]
+        if p99 is not None:
+            worst_p99 = p99 if worst_p99 is None else max(worst_p99, p99)
+        per_slot.append(
+            {
+                "slot": s.isoformat(),
+                "expected": created.accepted,
+                "finished_jobs": made.get(t, 0),
+                "started": len(late),
+                "all_started": len(late) == created.accepted,
+                "lateness_seconds": summarize(late),
+            }
+        )
+    measured_scheduled = [sc for sc in outcomes.scheduled if sc in wanted]
+    measured_started = [
+        st for sc, st in zip(outcomes.scheduled, outcomes.started, strict=True) if sc in wanted
+    ]
+    measured = Outcomes(
+        scheduled=measured_scheduled,
+        started=measured_started,
+        finished=[
+            f for sc, f in zip(outcomes.scheduled, outcomes.finished, strict=True) if sc in wanted
+        ],
+        attempts=[
+            a for sc, a in zip(outcomes.scheduled, outcomes.attempts, strict=True) if sc in wanted
+        ],
+    )
+    expected = created.accepted * len(slots)
+    figs = figures(measured, expected, slots[0].timestamp())
+    api_cpu = create_usage.cpu_seconds.get("api")
+    report: dict[str, Any] = {
+        **headline("minutely", expected, figs, None, sampler.peak_rss()),
+        "slots": per_slot,
+        "all_slots_all_started": all(p["all_started"] for p in per_slot),
+        "worst_slot_p99_seconds": worst_p99,
+        "create": {
+            **created.as_dict(api_cpu),
+            "usage": create_usage.as_dict(created.accepted or None),
+        },
+        "usage": usage.as_dict(expected),
+        "counts": outcomes.counts(),
+        "sink_firings": sink_count,
+        "worker_counters": None,
+        "settings": {
+            "source": "crons-every-minute",
+            "crons": opts.crons,
+            "minutes": opts.minutes,
+            "shards": len(dsns),
+            "workers": spec.workers,
+            "target": opts.target,
+            "owners": len(owners),
+            "zones": list(ZONES),
+            "api_processes": len(urls),
+            "slots": [s.isoformat() for s in slots],
+            **run_settings(spec, worker_settings, pg, machine, run_id, opts.extra),
+        },
+    }
+    write_report(spec.out, report)
+    return report
+
+
+def parse_args(argv: list[str] | None) -> tuple[MinutelyOptions, bool]:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.minutely", description=__doc__.split("\n\n")[0]
+    )
+    add_cluster_options(parser, default_out="bench-out/minutely")
+    parser.set_defaults(target="http")
+    parser.add_argument("--crons", type=int, default=20_000, help="crons `* * * * *`")
+    parser.add_argument("--minutes", type=int, default=3, help="whole-minute slots measured")
+    parser.add_argument("--owners", type=int, default=4, help="owner services, one token each")
+    parser.add_argument("--create-batch", type=int, default=1000, help="crons per batch request")
+    parser.add_argument("--clients", type=int, default=8, help="create requests in flight")
+    parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    args = parser.parse_args(argv)
+    opts = MinutelyOptions(
+        cluster=cluster_spec(args),
+        crons=args.crons,
+        minutes=args.minutes,
+        target=args.target,
+        owners=args.owners,
+        create_batch=args.create_batch,
+        clients=args.clients,
+        api_procs=args.api_procs,
+    )
+    return opts, args.verbose
+
+
+def main(argv: list[str] | None = None) -> int:
+    code = bench_main("minutely", argv, parse_args, run)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
