@@ -114,6 +114,7 @@ def run(opts: MinutelyOptions) -> dict[str, Any]:
                 slots[-1].strftime("%H:%M"),
             )
             window = sampler.mark()
+            cluster.reset_statement_stats()
             # Past the last slot: time for its occurrences to start and finish.
             deadline = slots[-1] + timedelta(seconds=60)
             while datetime.now(UTC) < deadline:
@@ -128,6 +129,7 @@ def run(opts: MinutelyOptions) -> dict[str, Any]:
                 time.sleep(min(10.0, max(0.1, left)))
             usage = sampler.usage_since(window)
         sink_count = cluster.sink_count() if opts.target == "http" else None
+        statements = cluster.statement_stats()
         cluster.stop_processes()
         outcomes = collect(dsns, owners)
         pg = server_info(dsns[0])
@@ -186,6 +188,7 @@ def run(opts: MinutelyOptions) -> dict[str, Any]:
         "usage": usage.as_dict(expected),
         "counts": outcomes.counts(),
         "sink_firings": sink_count,
+        "pg_top_statements": statements,
         "worker_counters": None,
         "settings": {
             "source": "crons-every-minute",

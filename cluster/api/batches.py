@@ -5,7 +5,6 @@ once, and a whole shard's failure given to each of its items."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -14,6 +13,7 @@ from starlette.responses import Response
 
 from cluster.api.problems import problem_for, validation_problem
 from cluster.errors import VakitError
+from cluster.model.jsontext import json_bytes
 
 __all__ = ["Results", "failed", "item_failure", "json_response", "write_shards"]
 
@@ -26,8 +26,7 @@ Results = list[dict[str, Any] | None]
 def json_response(content: Any, status: int = 200) -> Response:
     """What FastAPI's JSONResponse would send, without a response model's
     round trip (the endpoints' models still document it)."""
-    body = json.dumps(content, ensure_ascii=False, separators=(",", ":"))
-    return Response(body, status_code=status, media_type="application/json")
+    return Response(json_bytes(content), status_code=status, media_type="application/json")
 
 
 def failed(index: int, problem: dict[str, Any]) -> dict[str, Any]:

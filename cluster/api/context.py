@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -31,6 +30,7 @@ from cluster.clock import Clock
 from cluster.config import Settings
 from cluster.coordination.base import ClusterView
 from cluster.errors import Forbidden, InvalidRequest, PayloadTooLarge, Unauthorized
+from cluster.model.jsontext import json_bytes
 from cluster.store.base import CronStore, Store
 from cluster.targets.policy import AddressPolicy, TargetRefused
 from cluster.targets.scope import TargetScope
@@ -188,7 +188,7 @@ class ApiContext:
 
     def check_payload(self, payload: Any) -> None:
         limit = self.settings.max_payload_bytes
-        size = len(json.dumps(payload, separators=(",", ":")))
+        size = len(json_bytes(payload))
         if size > limit:
             raise PayloadTooLarge(
                 f"payload is {size} bytes; the limit is {limit}", size=size, limit=limit, field="payload"

@@ -55,6 +55,7 @@ from cluster.model import (
     WorkerBeatParams,
     WorkersSeenParams,
 )
+from cluster.model.jsontext import json_text
 from cluster.store.pgshards import PgShards, wrap_exceptions
 from cluster.store.sql import QUERIES
 
@@ -662,38 +663,28 @@ def _job_row(p: CreateJobParams) -> dict[str, Any]:
     }
 
 
-# One encoder, made once: json.dumps with any option builds a new one per call.
-_JSON = json.JSONEncoder(separators=(",", ":"))
-
-
 def _batch_args(jobs: Sequence[CreateJobParams]) -> dict[str, Any]:
-    """One array per column (insert_jobs_batch), sent in binary."""
-    # Clients of the batch API often send one target for many jobs: each
-    # distinct object is encoded once.
-    encoded: dict[int, str] = {}
-
-    def text(value: Any) -> str:
-        found = encoded.get(id(value))
-        if found is None:
-            found = encoded[id(value)] = _JSON.encode(value)
-        return found
-
-    return {
-        "ids": [p.id for p in jobs],
-        "owners": [p.owner for p in jobs],
-        "keys": [p.idempotency_key for p in jobs],
-        "fingerprints": [p.fingerprint for p in jobs],
-        "types": [p.type for p in jobs],
-        "cron_ids": [p.cron_id for p in jobs],
-        "scheduled": [p.scheduled_for for p in jobs],
-        "run_at": [p.run_at for p in jobs],
-        "max_attempts": [p.max_attempts for p in jobs],
-        "timeouts": [p.timeout_seconds for p in jobs],
-        "target_kinds": [p.target_kind for p in jobs],
-        "targets": [text(p.target) for p in jobs],
-        "payloads": [text(p.payload) for p in jobs],
-        "far": [p.far for p in jobs],
-    }
+    """The batch as one JSON array of rows (insert_jobs_batch)."""
+    rows = [
+        {
+            "id": p.id,
+            "owner_service": p.owner,
+            "idempotency_key": p.idempotency_key,
+            "fingerprint": p.fingerprint,
+            "type": p.type,
+            "cron_id": p.cron_id,
+            "scheduled_for": p.scheduled_for,
+            "run_at": p.run_at,
+            "max_attempts": p.max_attempts,
+            "timeout_seconds": p.timeout_seconds,
+            "target_kind": p.target_kind,
+            "target": p.target,
+            "payload": p.payload,
+            "far": p.far,
+        }
+        for p in jobs
+    ]
+    return {"rows": json_text(rows)}
 
 
 def _record_from_row(row: dict[str, Any], attempts: tuple[AttemptRecord, ...] = ()) -> JobRecord:
