@@ -144,6 +144,10 @@ class ClusterSpec:
     # full_page_writes on), as a deployment runs; False opts into the fast
     # settings that lose data on a machine crash (``--unsafe-fast-db``).
     durable: bool = True
+    # ZooKeeper assigns each shard an owner and a leader, as in `vakit up`;
+    # without it every worker claims from, and leads, every shard
+    # (``--no-zookeeper``): two materializers then race on every cron.
+    zookeeper: bool = True
 
 
 @dataclass
@@ -189,6 +193,8 @@ class BenchCluster:
         self.api_url: str | None = None
         self.api_urls: list[str] = []
         self.api_token: str | None = None
+        self.zk: Any = None  # cluster.local.zkserver.ZkServer, when started
+        self._zk_dir: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -252,6 +258,11 @@ class BenchCluster:
         # Processes first (workers release what they hold), PostgreSQL last.
         self.stop_profilers()
         self.stop_processes()
+        if self.zk is not None:
+            self.zk.stop()
+            self.zk = None
+        if self._zk_dir is not None and not self.spec.keep_data:
+            shutil.rmtree(self._zk_dir, ignore_errors=True)
         for server in self.pg:
             server.stop("fast")
         self.pg.clear()
@@ -272,8 +283,23 @@ class BenchCluster:
             VAKIT_OWNER_CREATE_RATE="0",
             VAKIT_OWNER_MAX_CRONS="0",
         )
+        if self.zk is not None:
+            env["VAKIT_ZK"] = self.zk.connect_string + "/vakit"
         env.update(self.spec.worker_env)
         return env
+
+    def start_zookeeper(self) -> str:
+        """A ZooKeeper server for shard ownership and leadership, as `vakit up`
+        starts one; returns its connect string."""
+        from cluster.local.zkserver import ZkServer
+
+        started = time.monotonic()
+        tmp = os.environ.get("VAKIT_BENCH_TMP")
+        self._zk_dir = Path(tempfile.mkdtemp(prefix="vakit-bench-zk-", dir=tmp))
+        self.zk = ZkServer(self._zk_dir / "zk")
+        self.zk.start()
+        log.info("ZooKeeper ready in %.1f s", time.monotonic() - started)
+        return str(self.zk.connect_string)
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> _Proc:
         log_path = self.log_dir / f"{name}.log"
@@ -297,6 +323,8 @@ class BenchCluster:
         shards' DSNs and the ``target`` object to give every job.
         """
         dsns = self.start_shards()
+        if self.spec.zookeeper and self.zk is None:
+            self.start_zookeeper()
         job_target: dict[str, Any] = {"kind": "NOOP"}
         if target == "http":
             job_target = {"kind": "HTTP", "url": self.start_sink()}

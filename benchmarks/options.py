@@ -103,6 +103,13 @@ def add_cluster_options(
         "--api-procs", type=int, default=1, help="API processes, where the run uses the API"
     )
     parser.add_argument(
+        "--no-zookeeper",
+        dest="zookeeper",
+        action="store_false",
+        help="start no ZooKeeper: every worker then claims from and leads every shard "
+        "(default: one ZooKeeper, as `vakit up`, assigning shard owners and leaders)",
+    )
+    parser.add_argument(
         "--keep-data", action="store_true", help="keep the PostgreSQL data directories"
     )
     parser.add_argument(
@@ -147,6 +154,7 @@ def cluster_spec(args: argparse.Namespace) -> ClusterSpec:
         statement_stats=args.pg_stats,
         profile_workers=args.profile,
         durable=not args.unsafe_fast_db,
+        zookeeper=args.zookeeper,
     )
 
 
@@ -217,7 +225,11 @@ def run_settings(
         "shards_given": bool(spec.dsns),
         "postgresql": postgresql,
         "pg_settings": spec.pg_settings,
-        "coordination": "none (every worker polls every shard)",
+        "coordination": (
+            "ZooKeeper (shard owners and leaders, as vakit up)"
+            if spec.zookeeper
+            else "none (every worker polls and leads every shard)"
+        ),
         "machine": machine,
         "git_commit": git_commit(),
         "run_id": run_id,

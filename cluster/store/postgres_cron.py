@@ -9,6 +9,7 @@ this module.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -387,11 +388,15 @@ class PgCronStore:
     async def last_successes(
         self, shard: int, params: LastSuccessParams
     ) -> list[tuple[uuid.UUID, datetime]]:
-        await self.store.fetch(
-            shard,
-            "fold_cron_successes",
-            {"lag": params.fold_lag_seconds, "limit": params.fold_limit},
-        )
+        deadline = time.monotonic() + params.fold_budget_seconds
+        while True:
+            [folded] = await self.store.fetch(
+                shard,
+                "fold_cron_successes",
+                {"lag": params.fold_lag_seconds, "limit": params.fold_limit},
+            )
+            if not folded["more"] or time.monotonic() > deadline:
+                break
         rows = await self.store.fetch_as(shard, "cron_last_success", {"limit": params.limit}, tuple_row)
         return [(cron_id, when) for cron_id, when in rows]
 

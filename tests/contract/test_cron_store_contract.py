@@ -378,6 +378,30 @@ async def test_a_success_shows_before_and_after_it_is_folded(ch: CronHarness) ->
     assert dict(await ch.crons.last_successes(0, LastSuccessParams(fold_lag_seconds=0)))[c.id] == finished
 
 
+async def test_a_fold_in_small_slices_folds_every_success(ch: CronHarness) -> None:
+    # One history row a slice and no time budget: each call folds one slice,
+    # and the slices together fold every success, the later one winning.
+    crons = [cron(ch, f"sliced-{i}", at=-1) for i in range(2)]
+    for c in crons:
+        await ch.crons.create(0, c)
+        assert c.next_fire_at is not None
+        await write(ch, advance(c, occ(c, c.next_fire_at)))
+    finished = {}
+    claimed = await ch.store.claim_jobs(0, ClaimParams("w", 10, 30, 0, now=ch.now()))
+    for i, job in enumerate(claimed):
+        # Distinct instants, in the past of the database's clock, which
+        # bounds what a fold with no lag may take.
+        at = ch.now() - timedelta(seconds=10 - i)
+        done = JobResult(job.lease, Outcome.SUCCEEDED, "w", at, 0.0)
+        assert await ch.store.finish_jobs(0, FinishParams((done,), now=at)) == {job.id}
+        assert job.cron_id is not None
+        finished[job.cron_id] = at
+    sliced = LastSuccessParams(fold_lag_seconds=0, fold_limit=1, fold_budget_seconds=0)
+    for _ in range(3):
+        folded = dict(await ch.crons.last_successes(0, sliced))
+    assert {c.id: folded[c.id] for c in crons} == finished
+
+
 async def test_disabled_crons_leave_the_silent_cron_list(ch: CronHarness) -> None:
     on, off = cron(ch, "on"), cron(ch, "off", enabled=False)
     await ch.crons.create_many(0, [on, off])

@@ -830,9 +830,11 @@ SELECT r.id, r.scheduled_for, r.run_at, r.status, r.attempt, r.last_error, r.fin
 -- Fold the history's successes into cron_jobs.last_success_at, up to
 -- %(lag)s seconds ago (a finish that commits later than that is folded with
 -- its cron's next success) and at most about %(limit)s history rows a call
--- (all rows of the last instant taken, so a slice never splits one), so the
--- million successes of a midnight wave are folded in slices after it
--- instead of slowing it down. Reads add what is newer (recent_success_at).
+-- (all rows of the last instant taken, so a slice never splits one): the
+-- million successes of a midnight wave are folded in short transactions
+-- after it, never holding many crons' rows from the materializer (which
+-- skips a locked cron for a round) for long. `more` says the call stopped
+-- at its limit. Reads add what is newer (recent_success_at).
 WITH w AS (
     SELECT folded_until FROM cron_success_fold FOR UPDATE
 ),
@@ -861,7 +863,8 @@ stamped AS (
 UPDATE cron_success_fold f
    SET folded_until = greatest(f.folded_until, bound.upto)
   FROM bound
-RETURNING (SELECT count(*) FROM stamped) AS stamped, f.folded_until;
+RETURNING (SELECT count(*) FROM stamped) AS stamped, f.folded_until,
+          bound.upto < now() - make_interval(secs => %(lag)s) AS more;
 
 -- name: cron_last_success
 -- A cron that never succeeded counts from its creation, so one that is
