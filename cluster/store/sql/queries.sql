@@ -990,8 +990,10 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: search_plan
--- Inside the search's transaction: plan its statements once per connection.
-SET LOCAL plan_cache_mode = force_generic_plan;
+-- Inside the search's transaction (is_local): plan its statements once per
+-- connection. SET LOCAL as a function call, so that it prepares as every
+-- named query must (tests/integration/test_migrations.py).
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- name: get_attempts_of
 -- The attempt logs of a page of jobs, in one statement.
