@@ -23,6 +23,7 @@ from cluster.api.operator_schemas import (
     BackfillOut,
     BackfillSlotOut,
     PauseIn,
+    problems,
 )
 from cluster.api.schemas import parse_rfc3339
 from cluster.clock import utc
@@ -35,7 +36,9 @@ __all__ = ["router"]
 router = APIRouter(tags=["cron-jobs"])
 
 
-@router.post("/api/v1/cron-jobs/{cron_job_id}/pause", response_model=CronOut)
+@router.post(
+    "/api/v1/cron-jobs/{cron_job_id}/pause", response_model=CronOut, responses=problems(404, 422)
+)
 async def pause_cron(cron_job_id: str, body: PauseIn, ctx: Ctx, owner: Owner) -> CronOut:
     """No slot is run while paused: the occurrences not yet due are withdrawn,
     and slots that pass meanwhile are handled on resume by the misfire
@@ -46,7 +49,9 @@ async def pause_cron(cron_job_id: str, body: PauseIn, ctx: Ctx, owner: Owner) ->
     return cron_out(saved, shard)
 
 
-@router.post("/api/v1/cron-jobs/{cron_job_id}/resume", response_model=CronOut)
+@router.post(
+    "/api/v1/cron-jobs/{cron_job_id}/resume", response_model=CronOut, responses=problems(404)
+)
 async def resume_cron(cron_job_id: str, ctx: Ctx, owner: Owner) -> CronOut:
     """Slots run again; those that passed while paused follow the misfire policy."""
     cron, shard = await load_cron(ctx, cron_job_id, owner)
@@ -54,7 +59,11 @@ async def resume_cron(cron_job_id: str, ctx: Ctx, owner: Owner) -> CronOut:
     return cron_out(saved, shard)
 
 
-@router.post("/api/v1/cron-jobs/{cron_job_id}/backfill", response_model=BackfillOut)
+@router.post(
+    "/api/v1/cron-jobs/{cron_job_id}/backfill",
+    response_model=BackfillOut,
+    responses=problems(404, 409, 422),
+)
 async def backfill_cron(cron_job_id: str, body: BackfillIn, ctx: Ctx, owner: Owner) -> BackfillOut:
     """Create the occurrences of the slots in ``[from, to)``, due now. A slot
     that has an occurrence (it ran, or is pending) is reported as

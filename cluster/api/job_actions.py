@@ -27,6 +27,7 @@ from cluster.api.operator_schemas import (
     BulkJobsOut,
     JobPageOut,
     PauseIn,
+    problems,
 )
 from cluster.api.problems import kind_of
 from cluster.api.schemas import JobOut, parse_rfc3339
@@ -121,7 +122,7 @@ async def search_all(
     return merged[: params.limit], more, missing
 
 
-@router.get("/api/v1/jobs", response_model=JobPageOut)
+@router.get("/api/v1/jobs", response_model=JobPageOut, responses=problems(422))
 async def search_jobs(
     ctx: Ctx,
     owner: Owner,
@@ -135,7 +136,9 @@ async def search_jobs(
     finishedFrom: str | None = Query(None, description="RFC 3339; finished at or after it."),
     finishedTo: str | None = Query(None, description="RFC 3339; finished before it."),
     limit: int = Query(50, ge=1, le=500),
-    cursor: str | None = Query(None, max_length=64, description="The nextCursor of the previous page."),
+    cursor: str | None = Query(
+        None, max_length=64, description="The nextCursor of the previous page."
+    ),
     attempts: bool = Query(False, description="Include each job's attempt log."),
 ) -> JobPageOut:
     """The caller's jobs (pending, running and finished), newest first, filtered,
@@ -162,7 +165,7 @@ async def search_jobs(
     )
 
 
-@router.post("/api/v1/jobs/{job_id}/retry", response_model=JobOut)
+@router.post("/api/v1/jobs/{job_id}/retry", response_model=JobOut, responses=problems(404, 409))
 async def retry_job(job_id: str, ctx: Ctx, owner: Owner) -> JobOut:
     """A FAILED or CANCELLED job runs again: same ``jobId`` and
     ``scheduledFor`` (so the target's idempotency key still deduplicates), a
@@ -175,7 +178,9 @@ async def retry_job(job_id: str, ctx: Ctx, owner: Owner) -> JobOut:
     return job_out(job, shard)
 
 
-@router.post("/api/v1/jobs/{job_id}/pause", response_model=JobOut)
+@router.post(
+    "/api/v1/jobs/{job_id}/pause", response_model=JobOut, responses=problems(404, 409, 422)
+)
 async def pause_job(job_id: str, body: PauseIn, ctx: Ctx, owner: Owner) -> JobOut:
     """Hold a SCHEDULED one-shot job: it is not started until resumed (its
     ``runAt`` is kept). Pausing a paused job changes nothing. 409 once it
@@ -186,7 +191,7 @@ async def pause_job(job_id: str, body: PauseIn, ctx: Ctx, owner: Owner) -> JobOu
     return job_out(job, shard)
 
 
-@router.post("/api/v1/jobs/{job_id}/resume", response_model=JobOut)
+@router.post("/api/v1/jobs/{job_id}/resume", response_model=JobOut, responses=problems(404, 409))
 async def resume_job(job_id: str, ctx: Ctx, owner: Owner) -> JobOut:
     """A paused job waits for its ``runAt`` again, or starts at once if that
     has passed. Resuming a job that is not paused changes nothing."""
@@ -234,7 +239,7 @@ async def _bulk(
     return BulkJobsOut(dryRun=dry_run, jobIds=done, failed=failed, more=more, missingShards=missing)
 
 
-@router.post("/api/v1/jobs:retry", response_model=BulkJobsOut)
+@router.post("/api/v1/jobs:retry", response_model=BulkJobsOut, responses=problems(422))
 async def retry_jobs(body: BulkJobsIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
     """Retry the jobs the filters match (FAILED by default; FAILED and/or
     CANCELLED), newest first, at most ``limit`` per call: call again while
@@ -250,7 +255,7 @@ async def retry_jobs(body: BulkJobsIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
     return await _bulk(ctx, _bulk_search(body, owner, statuses), body.dryRun, "retry", owner)
 
 
-@router.post("/api/v1/jobs:cancel", response_model=BulkJobsOut)
+@router.post("/api/v1/jobs:cancel", response_model=BulkJobsOut, responses=problems(422))
 async def cancel_jobs(body: BulkJobsIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
     """Cancel the SCHEDULED jobs the filters match (paused ones too), newest
     first, at most ``limit`` per call. ``dryRun`` lists them and changes nothing."""

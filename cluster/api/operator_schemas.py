@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from cluster.api.schemas import JobOut, Rfc3339, UtcDatetime, _Strict, parse_rfc3339
+from cluster.api.schemas import JobOut, ProblemOut, Rfc3339, UtcDatetime, _Strict, parse_rfc3339
 
 __all__ = [
     "MAX_BACKFILL",
@@ -24,6 +24,7 @@ __all__ = [
     "BulkJobsOut",
     "JobPageOut",
     "PauseIn",
+    "problems",
 ]
 
 # Slots one backfill call writes; a longer range is continued from nextFrom.
@@ -32,6 +33,26 @@ MAX_BACKFILL = 1000
 MAX_BULK = 1000
 
 JobStatusName = Literal["SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED"]
+
+
+_PROBLEM_TEXT = {
+    404: "No such job or cron job (another owner's is 404 too).",
+    409: "Not in a state that allows it (the detail says which).",
+    422: "A filter, a time or a body field is invalid (the detail names it).",
+}
+
+
+def problems(*statuses: int) -> dict[int | str, dict[str, object]]:
+    """The ``responses`` of a route: its problem+json answers."""
+    # ProblemOut is in the document's components (batch results carry it).
+    schema = {"$ref": f"#/components/schemas/{ProblemOut.__name__}"}
+    return {
+        s: {
+            "description": _PROBLEM_TEXT[s],
+            "content": {"application/problem+json": {"schema": schema}},
+        }
+        for s in statuses
+    }
 
 
 def _rfc3339(value: str | None, name: str) -> str | None:
