@@ -36,6 +36,7 @@ import psutil
 import psycopg
 from psycopg.rows import dict_row
 
+from benchmarks.progress import Progress
 from benchmarks.report import summary_line
 from benchmarks.sql import query
 from cluster.local.childproc import find_free_port
@@ -450,6 +451,7 @@ class BenchCluster:
         run is reported, not waited on for ever). Returns the count seen."""
         deadline = time.monotonic() + timeout
         last, last_change = -1, time.monotonic()
+        progress = Progress("jobs finished", expected)
         while True:
             self.check_alive()
             try:
@@ -458,12 +460,15 @@ class BenchCluster:
                 # A worker busy starting a huge instant answers late; the
                 # stall rule still ends a run that makes no progress.
                 done = max(last, 0)
+            progress.update(done)
             now = time.monotonic()
             if done >= expected or now > deadline:
+                progress.close()
                 return done
             if done != last:
                 last, last_change = done, now
             elif now - last_change > stall:
+                progress.close()
                 return done
             time.sleep(poll)
 

@@ -18,6 +18,7 @@ from benchmarks.stats import Timeline
 
 __all__ = [
     "REPORT_KEYS",
+    "SCHEMA_VERSION",
     "headline",
     "machine_info",
     "plot_timeline",
@@ -25,6 +26,10 @@ __all__ = [
     "summary_line",
     "write_report",
 ]
+
+# Bumped when a key changes meaning or goes away (adding one does not):
+# tools reading report.json check it. 2: schema_version itself, remote runs.
+SCHEMA_VERSION = 2
 
 REPORT_KEYS = (
     "jobs",
@@ -75,6 +80,7 @@ def write_report(out: Path, report: dict[str, Any]) -> Path:
         raise ValueError(f"report lacks {missing}")
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.json"
+    report = {"schema_version": SCHEMA_VERSION, **report}
     path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     return path
 
