@@ -171,8 +171,10 @@ async def run_worker(settings: Settings) -> None:
         max_clock_skew_seconds=settings.cron_max_clock_skew_seconds,
         last_success_interval_seconds=settings.cron_last_success_interval_seconds,
     )
+    # The dead-letter metric names these owners (the tenants), any other 'other'.
+    tenants = frozenset(settings.api_tokens.values())
     loops = [
-        LeaderLoop(Reaper(store), coordinator, n, settings.reaper_interval),
+        LeaderLoop(Reaper(store, owners=tenants), coordinator, n, settings.reaper_interval),
         LeaderLoop(Mover(store, settings.far_horizon_seconds), coordinator, n, 5.0),
         LeaderLoop(Janitor(store, settings.history_retention_days), coordinator, n, 3600.0),
         LeaderLoop(BacklogProbe(store), coordinator, n, 5.0, owners_too=True),

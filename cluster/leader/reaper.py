@@ -18,9 +18,14 @@ class Reaper:
 
     name = "reaper"
 
-    def __init__(self, store: Store, batch: int = 1000) -> None:
+    def __init__(
+        self, store: Store, batch: int = 1000, owners: frozenset[str] = frozenset()
+    ) -> None:
         self.store = store
         self.batch = batch
+        # The owners the dead-letter metric names (the configured tenants), as
+        # the worker's completer does; any other is 'other'.
+        self.owners = owners
 
     async def run_once(self, shard: int) -> int:
         total = 0
@@ -35,7 +40,10 @@ class Reaper:
                     result.failed,
                     extra={"shard": shard},
                 )
+            for owner, kind, failed in result.failed_by:
+                # A job whose last attempt's lease ran out is a dead letter too.
+                label = owner if owner in self.owners else "other"
+                metrics.FAILED.labels(str(shard), kind, label).inc(failed)
             total += n
             if n < self.batch:
                 return total
-

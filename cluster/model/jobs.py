@@ -273,6 +273,9 @@ class FinishParams:
 class ReapResult:
     rescheduled: int = 0
     failed: int = 0
+    # The failed ones as (owner, target kind, how many): dead letters, counted
+    # by owner as the worker counts its own.
+    failed_by: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -525,6 +525,7 @@ class MemStore:
                 key=lambda r: r.lease_until or now,
             )[: params.limit]
             again = dead = 0
+            failed_by: dict[tuple[str, str], int] = {}
             for row in expired:
                 self._log(
                     s,
@@ -539,7 +540,13 @@ class MemStore:
                 else:
                     self._to_history(s, row, JobStatus.FAILED, error + ", no attempts left", now)
                     dead += 1
-            return ReapResult(rescheduled=again, failed=dead)
+                    key = (row.job.owner, str(row.job.target["kind"]))
+                    failed_by[key] = failed_by.get(key, 0) + 1
+            return ReapResult(
+                rescheduled=again,
+                failed=dead,
+                failed_by=tuple(sorted((o, k, n) for (o, k), n in failed_by.items())),
+            )
 
     async def backlog(self, shard: int, params: BacklogParams) -> BacklogStats:
         now = self._now(params.now)

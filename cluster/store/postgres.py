@@ -513,7 +513,12 @@ class PgStore(PgShards):
     @wrap_exceptions
     async def reap_expired(self, shard: int, params: ReapParams) -> ReapResult:
         rows = await self.fetch(shard, "reap_expired", {"limit": params.limit, "now": params.now})
-        return ReapResult(rescheduled=rows[0]["rescheduled"], failed=rows[0]["failed"])
+        row = rows[0]
+        return ReapResult(
+            rescheduled=row["rescheduled"],
+            failed=row["failed"],
+            failed_by=tuple(sorted((o, k, int(n)) for o, k, n in row["failed_by"])),
+        )
 
     @wrap_exceptions
     async def move_far_jobs(self, shard: int, params: MoveFarParams) -> int:

@@ -124,7 +124,8 @@ async def test_search_pages_by_keyset_without_gaps_or_repeats(h: Harness) -> Non
 async def test_retry_keeps_the_id_and_fences_the_old_attempt(h: Harness) -> None:
     p = await create(h, max_attempts=1)
     [c] = await h.store.claim_jobs(SHARD, claim(h, lease=5))
-    assert await h.store.reap_expired(SHARD, ReapParams(now=h.now() + timedelta(seconds=60))) is not None
+    reaped = await h.store.reap_expired(SHARD, ReapParams(now=h.now() + timedelta(seconds=60)))
+    assert (reaped.failed, reaped.failed_by) == (1, ((OWNER, "HTTP", 1),))  # a dead letter, by owner
     dead = await h.store.get_job(SHARD, GetJobParams(p.id, OWNER))
     assert dead is not None and dead.status is JobStatus.FAILED and dead.attempt == 1
 

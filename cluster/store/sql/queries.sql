@@ -389,7 +389,10 @@ log AS (
       FROM expired e
      WHERE e.id IN (SELECT id FROM again UNION ALL SELECT id FROM dead)
 )
-SELECT (SELECT count(*) FROM again) AS rescheduled, (SELECT count(*) FROM dead) AS failed;
+SELECT (SELECT count(*) FROM again) AS rescheduled, (SELECT count(*) FROM dead) AS failed,
+       (SELECT coalesce(json_agg(json_build_array(owner_service, target_kind, n)), '[]')
+          FROM (SELECT owner_service, target_kind, count(*) AS n FROM dead GROUP BY 1, 2) d)
+           AS failed_by;
 
 -- name: move_far_jobs
 -- Bring far jobs that are now within the horizon into the hot table, one
