@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 import shardmap
-from cluster import tracing
+from cluster import logs, tracing
 from cluster.api.batches import Results, item_failure, json_response, write_shards
 from cluster.api.context import ApiContext, Ctx, Owner
 from cluster.api.problems import problem_for, problem_response
@@ -66,8 +66,11 @@ def job_id_text(value: uuid.UUID) -> str:
 
 
 def parse_job_id(text: str) -> uuid.UUID:
+    """The id in a job route's path; the request's later log lines carry it."""
     try:
-        return shardmap.decode_id("job", text)
+        jid = shardmap.decode_id("job", text)
+        logs.bind(job_id=text)
+        return jid
     except ValueError as exc:
         raise NotFound(str(exc)) from exc
 
