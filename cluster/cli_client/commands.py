@@ -538,7 +538,7 @@ def crons_lint(path: str, count: int, output: str) -> None:
                     "errors": r.errors,
                     "notes": r.notes,
                     "fires": [_fire(f) for f in r.fires],
-                    "dstNotes": [_fire(f) for f in r.dst_notes],
+                    "notesAhead": [_fire(f) for f in r.notes_ahead],
                 }
                 for r in results
             ],
@@ -559,8 +559,10 @@ def crons_lint(path: str, count: int, output: str) -> None:
             )
             for fire in r.fires:
                 click.echo(f"    {fire.local:%Y-%m-%d %H:%M %Z}  ({fire.scheduled_for:%Y-%m-%dT%H:%M:%SZ})" + (f"  {fire.note}" if fire.note else ""))
-            for fire in r.dst_notes:
-                click.echo(f"    note {fire.local:%Y-%m-%d %H:%M %Z}: {fire.note}")
+            shown = {f.scheduled_for for f in r.fires}
+            for fire in r.notes_ahead:
+                if fire.scheduled_for not in shown:
+                    click.echo(f"    note {fire.local:%Y-%m-%d %H:%M %Z}: {fire.note}")
             for note in r.notes:
                 click.echo(f"    ({note})")
     bad = [r for r in results if r.errors]

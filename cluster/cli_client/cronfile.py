@@ -77,7 +77,7 @@ class LintResult:
     name: str
     errors: list[str] = field(default_factory=list)
     fires: list[Fire] = field(default_factory=list)
-    dst_notes: list[Fire] = field(default_factory=list)  # the year ahead
+    notes_ahead: list[Fire] = field(default_factory=list)  # DST and month-end, the year ahead
     notes: list[str] = field(default_factory=list)
     spec: CreateCronIn | None = None
 
@@ -182,7 +182,7 @@ def lint(
                 result.notes.append(f"DST notes: only the next {scan_cap} fires were scanned")
                 break
             if fire.note is not None:
-                result.dst_notes.append(fire)
+                result.notes_ahead.append(fire)
     return results
 
 

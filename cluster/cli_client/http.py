@@ -48,7 +48,10 @@ class ApiClient:
         """The decoded JSON answer (None for an empty one); raises
         :class:`ApiError` for a 4xx/5xx and :class:`Unreachable` when no
         answer comes."""
-        url = self.base_url.rstrip("/") + path
+        base = self.base_url.rstrip("/")
+        # `vakit up` prints the API as http://host:port/api/v1: take either.
+        base = base.removesuffix("/api/v1")
+        url = base + path
         query: list[tuple[str, str]] = []
         for key, value in (params or {}).items():
             if value is None:
