@@ -33,12 +33,14 @@ from cluster.api import crons as cron_routes
 from cluster.api import jobs as job_routes
 from cluster.api import ops as ops_routes
 from cluster.api.context import ApiContext
+from cluster.api.openapi import install_openapi, operation_id
 from cluster.api.problems import (
     install_handlers,
     problem_for,
     problem_response,
     strict_json_problem,
 )
+from cluster.api.problems import pages as problem_pages
 from cluster.api.strictjson import StrictJsonError, check_body, check_query
 from cluster.clock import Clock, SystemClock
 from cluster.config import Settings
@@ -107,9 +109,13 @@ def create_app(
         version=__version__,
         description="Sharded, distributed job scheduler: one-shot delayed jobs and cron jobs "
         "that fire HTTP endpoints and Kafka topics, at least once, with what a target needs "
-        "to make the effect happen once (jobId, scheduledFor, attempt).",
+        "to make the effect happen once (jobId, scheduledFor, attempt). Errors are "
+        "application/problem+json (RFC 9457) with a stable `type` per kind of error, "
+        "served as its page at that path.",
         lifespan=lifespan,
+        generate_unique_id_function=operation_id,
     )
+    install_openapi(app)
     app.state.ctx = ctx
     install_handlers(app)
     app.add_middleware(
@@ -124,6 +130,7 @@ def create_app(
     app.include_router(ops_routes.router)
     app.include_router(cron_routes.router)
     app.include_router(cron_actions.router)
+    app.include_router(problem_pages)
     return app
 
 

@@ -31,6 +31,7 @@ from cluster.api.cron_schemas import (
     RunsOut,
     TriggerOut,
 )
+from cluster.api.openapi import problem_responses
 from cluster.api.schemas import parse_rfc3339
 from cluster.clock import utc
 from cluster.cron.plan import cron_slot, first_slot, schedule_of
@@ -248,7 +249,15 @@ async def load_cron(ctx: ApiContext, cron_job_id: str, owner: str) -> tuple[Cron
     return cron, shard
 
 
-@router.post("/api/v1/cron-jobs", status_code=201, response_model=CronOut)
+@router.post(
+    "/api/v1/cron-jobs",
+    status_code=201,
+    response_model=CronOut,
+    responses={
+        200: {"model": CronOut, "description": "The name is defined already, with this definition."},
+        **problem_responses(409),
+    },
+)
 async def create_cron(body: CreateCronIn, response: Response, ctx: Ctx, owner: Owner) -> CronOut:
     """Define a cron job. The name is unique per owner; the same name with the
     same definition returns the existing one (200)."""
@@ -347,7 +356,9 @@ async def get_cron(cron_job_id: str, ctx: Ctx, owner: Owner) -> CronOut:
     return cron_out(cron, shard)
 
 
-@router.patch("/api/v1/cron-jobs/{cron_job_id}", response_model=CronOut)
+@router.patch(
+    "/api/v1/cron-jobs/{cron_job_id}", response_model=CronOut, responses=problem_responses(409)
+)
 async def patch_cron(cron_job_id: str, body: PatchCronIn, ctx: Ctx, owner: Owner) -> CronOut:
     """Change the definition; applies to occurrences not yet created."""
     cron, shard = await load_cron(ctx, cron_job_id, owner)
@@ -397,7 +408,10 @@ async def delete_cron(cron_job_id: str, ctx: Ctx, owner: Owner) -> Response:
 
 
 @router.post(
-    "/api/v1/cron-jobs/{cron_job_id}/trigger", status_code=201, response_model=TriggerOut
+    "/api/v1/cron-jobs/{cron_job_id}/trigger",
+    status_code=201,
+    response_model=TriggerOut,
+    responses=problem_responses(409),
 )
 async def trigger_cron(cron_job_id: str, ctx: Ctx, owner: Owner) -> TriggerOut:
     """One extra occurrence now, with its own scheduledFor."""

@@ -23,6 +23,7 @@ import shardmap
 from cluster import logs, tracing
 from cluster.api.batches import Results, item_failure, json_response, write_shards
 from cluster.api.context import ApiContext, Ctx, Owner
+from cluster.api.openapi import problem_responses
 from cluster.api.problems import problem_for, problem_response
 from cluster.api.schemas import (
     AttemptOut,
@@ -276,7 +277,10 @@ router.add_api_route(
     methods=["POST"],
     status_code=201,
     response_model=CreateJobOut,
-    responses={200: {"model": CreateJobOut, "description": "An idempotent repeat."}},
+    responses={
+        200: {"model": CreateJobOut, "description": "An idempotent repeat."},
+        **problem_responses(409),
+    },
 )
 
 
@@ -379,7 +383,7 @@ async def get_job(job_id: str, ctx: Ctx, owner: Owner) -> JobOut:
     return job_out(job, shard)
 
 
-@router.patch("/api/v1/jobs/{job_id}", response_model=JobOut)
+@router.patch("/api/v1/jobs/{job_id}", response_model=JobOut, responses=problem_responses(409))
 async def patch_job(job_id: str, body: PatchJobIn, ctx: Ctx, owner: Owner) -> JobOut:
     """Move ``runAt``; only while the job is SCHEDULED, else 409."""
     jid = parse_job_id(job_id)
@@ -389,7 +393,7 @@ async def patch_job(job_id: str, body: PatchJobIn, ctx: Ctx, owner: Owner) -> Jo
     return job_out(job, shard)
 
 
-@router.delete("/api/v1/jobs/{job_id}", response_model=JobOut)
+@router.delete("/api/v1/jobs/{job_id}", response_model=JobOut, responses=problem_responses(409))
 async def delete_job(job_id: str, ctx: Ctx, owner: Owner) -> JobOut:
     """Cancel a job that has not started; 409 once it has."""
     jid = parse_job_id(job_id)

@@ -25,7 +25,16 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    responses={
+        503: {
+            "description": "Not ready: a shard is unreachable, unmigrated or not polled; "
+            "the body says which, as the 200's does.",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+)
 async def readyz(ctx: Ctx) -> JSONResponse:
     """200 once every shard is reachable and migrated and has a polling worker."""
     report = await shard_readiness(ctx.store, ctx.latest_schema_version)

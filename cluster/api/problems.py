@@ -13,13 +13,14 @@ import json
 import logging
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from cluster.api.strictjson import StrictJsonError
 from cluster.errors import (
@@ -46,6 +47,7 @@ __all__ = [
     "install_handlers",
     "kind_of",
     "log_internal",
+    "pages",
     "problem_body",
     "problem_for",
     "problem_response",
@@ -228,6 +230,37 @@ def strict_json_problem(exc: StrictJsonError) -> dict[str, Any]:
     fields = {"field": exc.field} if exc.field else {}
     detail = f"{exc.field}: {exc.message}" if exc.field else exc.message
     return problem_body(INVALID_REQUEST, detail, **fields)
+
+
+_PAGES = Path(__file__).resolve().parents[2] / "docs" / "problems"
+
+pages = APIRouter(tags=["problems"])
+
+
+@pages.get(
+    "/problems/{slug}",
+    response_class=PlainTextResponse,
+    responses={
+        200: {"content": {"text/markdown": {"schema": {"type": "string"}}}},
+        404: {
+            "description": "No such problem type.",
+            "content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        },
+    },
+)
+async def get_problem_type(slug: str) -> Response:
+    """The page of a problem ``type``: what it means and what to do about it
+    (``docs/problems/<slug>.md``)."""
+    kind = KINDS.get(slug)
+    if kind is None:
+        raise NotFound("no such problem type", slug=slug[:64])
+    page = _PAGES / f"{slug}.md"
+    try:
+        text = page.read_text(encoding="utf-8")
+    except OSError:
+        # An installed package has no docs/ beside it: the table's own words.
+        text = f"# {kind.title}\n\nHTTP status {kind.status}. See docs/problems/{slug}.md.\n"
+    return PlainTextResponse(text, media_type="text/markdown; charset=utf-8")
 
 
 def install_handlers(app: FastAPI) -> None:

@@ -15,6 +15,7 @@ from cluster.config import Settings
 from cluster.model import ClaimParams
 from cluster.service import api_app
 from cluster.store.postgres import PgStore
+from tests.openapi_conformance import conformance_hooks
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +40,9 @@ async def client_for(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     app = api_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api", event_hooks=conformance_hooks(app.openapi)
+        ) as client:
             yield client
 
 

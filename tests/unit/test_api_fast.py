@@ -36,6 +36,7 @@ from cluster.errors import (
 from cluster.model import CreateJobsParams, CreateResult, GetJobParams
 from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
+from tests.openapi_conformance import conformance_hooks
 
 A = {"Authorization": "Bearer token-a"}
 B = {"Authorization": "Bearer token-b"}
@@ -69,7 +70,9 @@ class FlakyShardStore(MemStore):
 async def serve(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api", event_hooks=conformance_hooks(app.openapi)
+        ) as client:
             yield client
 
 
