@@ -862,3 +862,20 @@ def test_lateness_buckets_read_a_large_waves_tail() -> None:
     bounds = [b for b in cluster.metrics.START_LATENESS._upper_bounds if 1 <= b <= 60]
     assert bounds[0] == 1 and bounds[-1] == 60
     assert all(hi / lo <= 1.5 for lo, hi in itertools.pairwise(bounds)), bounds
+
+
+def test_deployment_examples_name_the_version_of_the_code() -> None:
+    """The version is written once, in cluster/__init__.py; the image tags the
+    examples deploy (and the migrate Job's name) must follow it."""
+    version = cluster.__version__
+    kustomization = load_yaml(K8S / "kustomization.yaml")
+    assert [image["newTag"] for image in kustomization["images"]] == [version]
+    for (kind, name), doc in _manifests().items():
+        if kind in ("Deployment", "Job"):
+            image = _container(doc)["image"]
+            assert image.endswith(f":{version}"), f"{name}: {image} is not {version}"
+        if kind == "Job":  # a Job per release: its name carries the version
+            assert name.endswith(version.replace(".", "-")), name
+    tags = re.findall(r"registry\.example\.com/vakit:(\S+)", (OPS / "README.md").read_text())
+    assert tags and set(tags) == {version}
+    assert "version" not in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
