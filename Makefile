@@ -25,14 +25,16 @@ ZK_JAR := /usr/share/java/zookeeper.jar
 
 setup: os-deps $(STAMP)
 
-# PostgreSQL 15 and Java come with the machine; ZooKeeper and promtool (which
-# checks ops/prometheus in the tests) do not.
+# PostgreSQL 15 and Java come with the machine; ZooKeeper, promtool (which
+# checks ops/prometheus in the tests) and libfaketime (the clock-jump fault
+# test runs a worker under it) do not.
 os-deps:
 	@if [ ! -x $(PG_BIN)/initdb ] || [ ! -f $(ZK_JAR) ] || ! command -v java >/dev/null \
-	    || ! command -v promtool >/dev/null; then \
-	  echo "installing OS packages (postgresql-15, zookeeper, java, promtool)"; \
+	    || ! command -v promtool >/dev/null || ! command -v faketime >/dev/null; then \
+	  echo "installing OS packages (postgresql-15, zookeeper, java, promtool, faketime)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    --no-install-recommends postgresql-15 zookeeper default-jre-headless prometheus >/dev/null; \
+	    --no-install-recommends postgresql-15 zookeeper default-jre-headless prometheus \
+	    faketime >/dev/null; \
 	fi
 
 $(UV):
