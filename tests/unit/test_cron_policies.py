@@ -3,15 +3,20 @@ maxRuns): pure schedule math and planning, no database."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from cluster.clock import FakeClock
 from cluster.cron.plan import exhausted, first_slot, plan, schedule_of
 from cluster.cron.schedule import DST_POLICIES, Fire, InvalidSchedule, parse_schedule
-from cluster.model import CronRecord
+from cluster.leader.materializer import Materializer
+from cluster.model import ClaimParams, CronRecord, FinishParams, GetCronParams, JobResult, Outcome
+from cluster.store.memory import MemStore
+from cluster.store.memory_cron import MemCronStore
 from tests.helpers import cron_record
 
 
@@ -205,3 +210,33 @@ def test_missed_slots_do_not_count_as_runs() -> None:
     p = run(c, T0 + timedelta(hours=3))
     assert p.missed == 3 and [o.scheduled_for for o in p.occurrences] == [T0 + timedelta(hours=3)]
     assert p.next_fire_at == T0 + timedelta(hours=4)
+
+
+def test_the_materializer_stops_a_fixed_delay_cron_at_max_runs() -> None:
+    # Fixed delay: each occurrence is planned from the last one's finish
+    # (the restart path sets next_fire_at again after every run); the cron
+    # still stops at maxRuns, with next_fire_at NULL.
+    clock = FakeClock(T0)
+    crons = MemCronStore(MemStore(1, clock))
+    c = cron_record(
+        "svc", "fd", schedule="every 10m fixed-delay", schedule_kind="FIXED_DELAY",
+        next_fire_at=T0, max_runs=2,
+    )  # fmt: skip
+    asyncio.run(crons.create_many(0, [c]))
+    m = Materializer(crons, clock=clock, max_clock_skew_seconds=None)
+
+    async def finish_all() -> None:
+        store = crons.store
+        now = clock.now()
+        while claimed := await store.claim_jobs(0, ClaimParams("w", 100, 60, 0, now=now)):
+            results = tuple(JobResult(j.lease, Outcome.SUCCEEDED, "w", now, 0.0) for j in claimed)
+            await store.finish_jobs(0, FinishParams(results, now=now))
+
+    made = 0
+    for _ in range(5):
+        made += asyncio.run(m.run_once(0))
+        asyncio.run(finish_all())
+        clock.advance(timedelta(minutes=11))
+    saved = asyncio.run(crons.get(0, GetCronParams(c.id, "svc")))
+    assert saved is not None
+    assert made == 2 and saved.run_count == 2 and saved.next_fire_at is None
