@@ -23,11 +23,20 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from cluster import logs, tracing
 from cluster.config import Settings
 from cluster.coordination.base import StaticCoordinator
+from cluster.local.kafkaserver import TansuBroker
 from cluster.service import api_app
 from cluster.store.postgres import PgStore
 from cluster.targets.http import HttpTarget
+from cluster.targets.kafka import KafkaTarget
 from cluster.targets.policy import AddressPolicy
 from cluster.worker.worker import Worker
+from tests.helpers import claimed_job
+from tests.kafkafixtures import (  # noqa: F401  (fixtures, used by name)
+    kafka_broker,
+    kafka_broker_factory,
+    kafka_topic,
+    read_topic,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -164,3 +173,25 @@ def test_tracing_is_off_without_an_exporter(monkeypatch: pytest.MonkeyPatch) -> 
     assert headers == {}
     tracing.inject(headers, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
     assert headers["traceparent"].startswith("00-0af7")  # a stored context is passed on
+
+
+async def test_kafka_records_carry_the_firing_spans_traceparent(
+    spans: InMemorySpanExporter,
+    kafka_broker: TansuBroker,  # noqa: F811
+    kafka_topic: str,  # noqa: F811
+) -> None:
+    created = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    job = claimed_job({"kind": "KAFKA", "topic": kafka_topic, "traceparent": created})
+    target = KafkaTarget(kafka_broker.bootstrap)
+    try:
+        with tracing.span("fire KAFKA", kind="client", parent=created) as span:
+            sent = tracing.current_traceparent()
+            assert (await target.fire(job, str(job.id), 10.0)).ok
+        tracing.shutdown()  # off: the stored context is passed on as it is
+        assert (await target.fire(job, str(job.id) + "-again", 10.0)).ok
+    finally:
+        await target.close()
+    headers = {r.header("Vakit-Job-Id"): r.header("traceparent") for r in read_topic(kafka_broker.bootstrap, kafka_topic)}
+    assert sent is not None and sent.split("-")[1] == created.split("-")[1]
+    assert sent.split("-")[2] == f"{span.get_span_context().span_id:016x}"
+    assert headers == {str(job.id): sent, str(job.id) + "-again": created}
