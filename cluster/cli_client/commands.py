@@ -61,10 +61,12 @@ def api_command(group: click.Group, name: str, **kwargs: Any) -> Callable[[F], F
 
     def decorate(f: F) -> F:
         @functools.wraps(f)
-        def run(api_url: str | None, token: str | None, output: str, **params: Any) -> Any:
+        def run(
+            api_url: str | None, token: str | None, owner: str | None, output: str, **params: Any
+        ) -> Any:
             if not api_url:
                 raise click.UsageError("no API to talk to: pass --api-url or set VAKIT_API_URL")
-            call = Call(ApiClient(api_url, token), output)
+            call = Call(ApiClient(api_url, token, acting_for=owner), output)
             try:
                 return f(call, **params)
             except ApiError as exc:
@@ -82,6 +84,10 @@ def api_command(group: click.Group, name: str, **kwargs: Any) -> Callable[[F], F
             click.option(
                 "--token", envvar="VAKIT_TOKEN", metavar="TOKEN",
                 help="Bearer token (env VAKIT_TOKEN).",
+            ),
+            click.option(
+                "--owner", envvar="VAKIT_OWNER", metavar="SERVICE",
+                help="With an operator token: act for this owner service (env VAKIT_OWNER).",
             ),
             click.option(
                 "-o", "--output", type=click.Choice(FORMATS), default="table", show_default=True,

@@ -36,6 +36,7 @@ class ApiClient:
     base_url: str
     token: str | None = None
     timeout: float = 30.0
+    acting_for: str | None = None  # an operator token's ?owner=
 
     def request(
         self,
@@ -53,7 +54,10 @@ class ApiClient:
         base = base.removesuffix("/api/v1")
         url = base + path
         query: list[tuple[str, str]] = []
-        for key, value in (params or {}).items():
+        params = dict(params or {})
+        if self.acting_for:
+            params["owner"] = self.acting_for
+        for key, value in params.items():
             if value is None:
                 continue
             # A repeated filter (status=FAILED&status=CANCELLED) is a list.

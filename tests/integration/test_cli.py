@@ -21,6 +21,7 @@ from cluster.local.pgserver import PgServer
 from tests.helpers import start_sink, wait_for
 from tests.pgfixtures import clone_databases, drop_databases
 from tests.procs import REPO, ProcessHarness, VakitProcess
+from tests.procs import TOKEN as OPERATOR_TOKEN
 
 pytestmark = pytest.mark.integration
 
@@ -130,6 +131,11 @@ def test_exit_codes(api: VakitProcess, tmp_path: Path) -> None:
     )  # fmt: skip
     theirs = vakit("crons", "get", mine["cronJobId"], api=api, env={"VAKIT_TOKEN": OTHER})
     assert theirs.returncode == 3
+    # An operator token acts for an owner with --owner; a tenant's may not (403: 1).
+    as_operator = {"VAKIT_TOKEN": OPERATOR_TOKEN}
+    seen = as_json(vakit("crons", "get", "mine", "--owner", "team-a", "-o", "json", api=api, env=as_operator))
+    assert seen["cronJobId"] == mine["cronJobId"]
+    assert vakit("crons", "list", "--owner", "team-a", api=api, env={"VAKIT_TOKEN": OTHER}).returncode == 1
     # 1: failed. The server refuses the body (timeZone missing in a file:
     # the 422 names it); a bad token; an API that is not there.
     body = tmp_path / "cron.yaml"
