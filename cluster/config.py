@@ -160,6 +160,18 @@ class Settings(BaseSettings):
         30.0, gt=0, description="How often the pending-job and cron counts per owner are re-read."
     )
 
+    # -- metrics labels ---------------------------------------------------------
+    metrics_targets: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Targets (HTTP hosts, kafka:<topic>) with their own `target` label; "
+        "the rest are `other` (target_limits' keys are declared too).",
+    )
+    metrics_crons: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Cron job ids with their own `cron` label, or [\"*\"] for all; the "
+        "rest are `other`.",
+    )
+
     # -- worker ------------------------------------------------------------
     worker_id: str | None = None
     metrics_port: int = Field(0, ge=0, le=65535, description="Worker /metrics port; 0 picks one.")
@@ -261,7 +273,7 @@ class Settings(BaseSettings):
     def _shards(cls, value: Any) -> Any:
         return split_shards(value)
 
-    @field_validator("http_target_allow", mode="before")
+    @field_validator("http_target_allow", "metrics_targets", "metrics_crons", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)

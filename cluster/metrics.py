@@ -3,11 +3,19 @@
 Names follow Prometheus conventions: base units (seconds, bytes), ``_total``
 for counters. Labels are low-cardinality: shard, target kind, outcome, route,
 reason. Never a job id.
+
+Two labels name what tenants create, and are bounded by what the operator
+declares (:func:`declare_labels`): ``target`` is the HTTP host or
+``kafka:<topic>`` only for declared targets, and ``cron`` the cron job's id
+only for declared crons; everything else is ``other``. By default nothing is
+declared: no tenant's host, topic or cron id reaches a scrape, and the
+number of series does not grow with what tenants do.
 """
 
 from __future__ import annotations
 
 import platform
+from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -35,6 +43,7 @@ __all__ = [
     "MAINTENANCE_LAST_SUCCESS",
     "MOVED",
     "OLDEST_DUE_AGE",
+    "OTHER",
     "REBALANCES",
     "RETRIED",
     "SHARDS_LED",
@@ -45,7 +54,35 @@ __all__ = [
     "TARGET_FIRES",
     "TARGET_WAITING",
     "ZK_SESSION_STATE",
+    "cron_label",
+    "declare_labels",
+    "target_label",
 ]
+
+OTHER = "other"
+_targets: frozenset[str] = frozenset()
+_crons: frozenset[str] = frozenset()
+_all_crons = False
+
+
+def declare_labels(targets: Iterable[str] = (), crons: Iterable[str] = ()) -> None:
+    """The targets (HTTP hosts, ``kafka:<topic>``) and cron ids (``cron_…``,
+    or ``*`` for all) that get a series of their own; set once at start-up."""
+    global _targets, _crons, _all_crons
+    _targets = frozenset(t.lower() for t in targets)
+    declared = frozenset(crons)
+    _all_crons = "*" in declared
+    _crons = declared - {"*"}
+
+
+def target_label(key: str) -> str:
+    """The ``target`` label of a target key (host or ``kafka:<topic>``)."""
+    return key if key in _targets else OTHER
+
+
+def cron_label(cron_id: str) -> str:
+    """The ``cron`` label of a cron id (``cron_…``)."""
+    return cron_id if _all_crons or cron_id in _crons else OTHER
 
 BUILD_INFO = Gauge(
     "vakit_build_info",

@@ -16,6 +16,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import cluster
+from cluster import metrics
 from cluster.config import Settings
 from cluster.coordination.base import Coordinator, Member, StaticCoordinator
 from cluster.leader.backlog import BacklogProbe
@@ -150,6 +151,11 @@ async def run_worker(settings: Settings) -> None:
     # kazoo blocks; keep it off the event loop.
     await asyncio.to_thread(coordinator.start)
     targets = build_targets(settings)
+    # Per-target and per-cron series only for what the operator declared
+    # (the hosts it gave limits to are declared too); the rest are "other".
+    metrics.declare_labels(
+        targets=[*settings.metrics_targets, *settings.target_limits], crons=settings.metrics_crons
+    )
     worker = Worker(settings, store, coordinator, targets, worker_id=worker_id)
     tune_gc()
     lag = asyncio.create_task(watch_event_loop())

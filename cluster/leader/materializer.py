@@ -34,7 +34,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from cluster import metrics
@@ -112,7 +112,10 @@ class Materializer:
         self.schedules = ScheduleCache()
         self._rate: dict[int, float] = {}  # crons planned and written per second, by shard
         self._seen: dict[int, float] = {}  # monotonic time of each shard's last pass
-        self._exported: dict[int, set[str]] = {}  # cron labels of the last-success gauge, by shard
+        # The last-success gauge's values by shard and label: crons not
+        # declared share the label "other", whose value is the oldest of
+        # them on every shard this process leads (the silent one, if any).
+        self._exported: dict[int, dict[str, float]] = {}
         self._exported_at: dict[int, float] = {}
         # The furthest instant a pass started early, by shard: later passes
         # finish it even if the remaining count alone would wait again.
@@ -297,7 +300,7 @@ class Materializer:
                 continue
             if not (p.missed or p.skipped):
                 continue
-            label = cron.id_text
+            label = metrics.cron_label(cron.id_text)
             if p.missed_misfire:
                 metrics.CRON_MISSED.labels(label, "misfire").inc(p.missed_misfire)
             if p.missed_deadline:
@@ -310,11 +313,11 @@ class Materializer:
                 cron.misfire_policy,
                 p.skipped,
                 cron.concurrency,
-                extra={"cron_id": label, "shard": shard},
+                extra={"cron_id": cron.id_text, "shard": shard},
             )
         for cron_id in result.refused:
             label = encode_id("cron", cron_id)
-            metrics.CRON_SKIPPED.labels(label).inc()
+            metrics.CRON_SKIPPED.labels(metrics.cron_label(label)).inc()
             log.warning(
                 "cron slot skipped: concurrency FORBID and a manual run is pending",
                 extra={"cron_id": label, "shard": shard},
@@ -382,24 +385,33 @@ class Materializer:
             return
         self._exported_at[shard] = time.monotonic()
         oldest = await self.crons.last_successes(shard, LastSuccessParams(self.last_success_series))
-        current = {encode_id("cron", cron_id): when for cron_id, when in oldest}
-        for label, when in current.items():
-            metrics.CRON_LAST_SUCCESS.labels(label).set(when.timestamp())
-        # A cron deleted or disabled since the last pass leaves the gauge, or
-        # the silent-cron alert would fire for it for ever.
-        self._drop_series(self._exported.get(shard, set()) - current.keys())
-        self._exported[shard] = set(current)
+        current: dict[str, float] = {}
+        for cron_id, when in oldest:
+            label = metrics.cron_label(encode_id("cron", cron_id))
+            stamp = when.timestamp()
+            if stamp < current.get(label, float("inf")):
+                current[label] = stamp
+        previous = self._exported.get(shard, {})
+        self._exported[shard] = current
+        self._publish(previous.keys() | current.keys())
 
     def forget(self, shard: int) -> None:
         """This worker no longer leads ``shard``: its crons' series are the
         new leader's to export (a stale copy here would outlive a delete)."""
-        self._drop_series(self._exported.pop(shard, set()))
+        self._publish(self._exported.pop(shard, {}).keys())
         self._exported_at.pop(shard, None)
         self._seen.pop(shard, None)
         self._started.pop(shard, None)
 
-    @staticmethod
-    def _drop_series(labels: set[str]) -> None:
+    def _publish(self, labels: Iterable[str]) -> None:
+        """Set each label's gauge to its oldest value over the shards led, or
+        remove it when none has it any more: a cron deleted or disabled, or
+        a shard led elsewhere now, leaves the gauge, or the silent-cron alert
+        would fire for it for ever."""
         for label in labels:
-            with contextlib.suppress(KeyError):  # never exported, or gone already
-                metrics.CRON_LAST_SUCCESS.remove(label)
+            stamps = [e[label] for e in self._exported.values() if label in e]
+            if stamps:
+                metrics.CRON_LAST_SUCCESS.labels(label).set(min(stamps))
+            else:
+                with contextlib.suppress(KeyError):  # never exported, or gone already
+                    metrics.CRON_LAST_SUCCESS.remove(label)

@@ -64,7 +64,7 @@ log = logging.getLogger(__name__)
 
 
 def _cron_label(job: ClaimedJob) -> str:
-    return shardmap.encode_id("cron", job.cron_id) if job.cron_id else "-"
+    return metrics.cron_label(shardmap.encode_id("cron", job.cron_id)) if job.cron_id else "-"
 
 
 def default_worker_id() -> str:

@@ -3,16 +3,22 @@ views, ``/metrics`` on its own port."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from cluster.service import api_app
+from tests.helpers import wait_for
 from tests.integration.test_api import OP, A, B, body, client_for, count_jobs, settings_for
+from tests.procs import FaultSink, running_processes
 
 pytestmark = pytest.mark.integration
 
@@ -182,3 +188,55 @@ async def test_cron_quota_and_manual_triggers(shard_dsns: list[str]) -> None:
         assert (await api.post(f"/api/v1/cron-jobs/{other}/trigger", headers=A)).status_code == 201
         runs = (await api.get(f"/api/v1/cron-jobs/{cid}/runs", headers=A)).json()["runs"]
         assert len(runs) == 1  # the refused trigger wrote nothing
+
+
+# -- bounded metric labels ----------------------------------------------------------------
+
+
+def test_metrics_name_only_declared_targets_and_crons(shard_dsns: list[str], tmp_path: Path) -> None:
+    """A worker process fires to several hosts nobody declared and to one the
+    operator declared; its /metrics names the declared one, calls the rest
+    "other", and names no cron id."""
+    with FaultSink() as sink, running_processes(shard_dsns, tmp_path) as procs:
+        worker = procs.worker(
+            "w1",
+            metrics_targets="localhost",
+            materializer_interval=0.5,
+            cron_last_success_interval_seconds=0,
+        ).wait_ready()
+        port = sink.port
+        urls = [
+            f"http://127.0.0.1:{port}/fire",  # undeclared, answers
+            f"http://localhost:{port}/fire",  # declared, answers
+            "http://127.0.0.2:9/fire",  # undeclared, refused
+            "http://127.0.0.3:9/fire",  # undeclared, refused
+        ]
+        asyncio.run(_create_for_labels(shard_dsns, urls))
+
+        def fired() -> bool:
+            by_target = worker.metric_by("vakit_target_fires_total", "target")
+            return by_target.get("other", 0) >= 3 and by_target.get("localhost", 0) >= 1
+
+        wait_for(fired, 30, what="firings counted")
+        wait_for(
+            lambda: worker.metric("vakit_cron_last_success_timestamp_seconds", cron="other") > 0,
+            30,
+            what="the silent-cron gauge exported",
+        )
+        assert sink.count() >= 2
+        values = {v for _, labels, _ in worker.scrape() for v in labels.values()}
+        assert {"other", "localhost"} <= values
+        leaked = {v for v in values if "127.0.0." in v or re.fullmatch(r"cron_[0-9A-Z]{26}", v)}
+        assert not leaked, leaked
+
+
+async def _create_for_labels(dsns: list[str], urls: list[str]) -> None:
+    settings = settings_for(dsns, http_target_allow=[], allow_private_targets=True)
+    async for api in client_for(settings):
+        for url in urls:
+            now = datetime.now(UTC).isoformat()
+            job = body(runAt=now, target={"kind": "HTTP", "url": url}, maxAttempts=1)
+            r = await api.post("/api/v1/jobs", json=job, headers=A)
+            assert r.status_code == 201, r.text
+        cron = cron_body("every-minute", schedule="* * * * *")
+        assert (await api.post("/api/v1/cron-jobs", json=cron, headers=A)).status_code == 201
