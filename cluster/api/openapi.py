@@ -114,6 +114,39 @@ def install_openapi(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+# OpenAPI links: what a created resource's id can be used for next. They
+# document the API's flow for people and SDKs, and let a stateful client
+# (the fuzz test's schemathesis) chain a create with what follows.
+_LINKS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+    # operation: (status, path parameter, response field, operations it feeds)
+    "createJob": ("201", "job_id", "jobId", ("getJob", "patchJob", "deleteJob")),
+    "createCron": (
+        "201", "cron_job_id", "cronJobId",
+        ("getCron", "patchCron", "deleteCron", "triggerCron", "previewCron", "cronRuns"),
+    ),
+}  # fmt: skip
+
+
+def _add_links(spec: dict[str, Any]) -> None:
+    ids = {
+        op.get("operationId") for ops in spec.get("paths", {}).values() for op in ops.values()
+    }
+    for ops in spec.get("paths", {}).values():
+        for op in ops.values():
+            link = _LINKS.get(op.get("operationId", ""))
+            if link is None:
+                continue
+            status, param, field, targets = link
+            response = op.get("responses", {}).get(status)
+            if response is None:
+                continue
+            response["links"] = {
+                target: {"operationId": target, "parameters": {param: f"$response.body#/{field}"}}
+                for target in targets
+                if target in ids
+            }
+
+
 def _rewrite(spec: dict[str, Any]) -> dict[str, Any]:
     components = spec.setdefault("components", {})
     schemas = components.setdefault("schemas", {})
@@ -131,6 +164,7 @@ def _rewrite(spec: dict[str, Any]) -> dict[str, Any]:
     for path, operations in spec.get("paths", {}).items():
         for operation in operations.values():
             _rewrite_operation(path, operation)
+    _add_links(spec)
     return spec
 
 

@@ -221,3 +221,19 @@ async def test_chunked_body_is_refused_past_the_limit_without_reading_it(
         # the rest was never read.
         assert sent <= 16 * 1024 * 1024 // len(chunk) + 1
     assert count_jobs(module_dsns) == before
+
+
+async def test_a_batch_job_without_a_payload_is_stored_with_a_null_payload(
+    api: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by the fuzz run: a JSON null payload became SQL NULL in the
+    # batch statement, a 500 for every job of that shard's part.
+    jobs = [body(payload=None), {k: v for k, v in body().items() if k != "payload"}, body()]
+    r = await api.post("/api/v1/jobs:batch", json={"jobs": jobs}, headers=A)
+    assert r.status_code == 200
+    results = r.json()["results"]
+    assert [x["status"] for x in results] == [201, 201, 201], results
+    for x, sent in zip(results, jobs, strict=True):
+        job = (await api.get(f"/api/v1/jobs/{x['jobId']}", headers=A)).json()
+        assert job["payload"] == sent.get("payload")
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR]

@@ -106,7 +106,13 @@ keyed AS (
     RETURNING job_id
 ),
 fresh AS (
-    SELECT * FROM v WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM keyed)
+    -- jsonb_to_recordset reads a JSON null payload as SQL NULL; the column
+    -- holds the JSON null a single create stores (a NULL was a 500 for the
+    -- whole shard's part of the batch).
+    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+           max_attempts, timeout_seconds, target_kind, target,
+           coalesce(payload, 'null'::jsonb) AS payload, far
+      FROM v WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM keyed)
 ),
 near_rows AS (
     INSERT INTO jobs (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
