@@ -242,9 +242,14 @@ def test_lint_offline_fires_dst_notes_and_errors(tmp_path: Path) -> None:
     assert vakit("crons", "lint", str(tmp_path / "missing.yaml")).returncode == 2
 
 
-def test_completion_script() -> None:
+def test_completion_script_and_completions() -> None:
     script = ok(vakit("completion", "bash"))
-    assert "_VAKIT_COMPLETE" in script and "complete" in script
+    assert "_VAKIT_COMPLETE=bash_complete" in script and "complete -o" in script
+    # What the script asks for when a user presses Tab: commands, then choices.
+    words = {"_VAKIT_COMPLETE": "bash_complete", "COMP_WORDS": "vakit crons ap", "COMP_CWORD": "2"}
+    assert ok(vakit(env=words)).split() == ["plain,apply"]
+    words.update(COMP_WORDS="vakit dlq list -o ", COMP_CWORD="4")
+    assert ok(vakit(env=words)).split() == ["plain,table", "plain,json", "plain,yaml"]
 
 
 def _post(api: VakitProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:
