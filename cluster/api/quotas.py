@@ -251,6 +251,11 @@ class OwnerLimits:
             return
         while True:
             started = self.monotonic()
-            await self.refresh(store, crons)
+            try:
+                await self.refresh(store, crons)
+            except Exception:
+                # A bug must not stop the counting for good: the quotas would
+                # then only ever grow with this process's own creates.
+                log.exception("per-owner quota: counting failed")
             took = self.monotonic() - started
             await asyncio.sleep(max(self.refresh_seconds, _COUNT_SHARE * took))
