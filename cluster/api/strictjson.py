@@ -23,18 +23,18 @@ from typing import Any
 
 __all__ = ["StrictJsonError", "check_body", "check_query"]
 
-# The screen: anything that may break a rule survives this translation
-# (every digit becomes 9, E becomes e) as one of a few literal byte strings,
-# and a few substring searches (memchr fast) find them: a NUL or surrogate
-# escape starts with \u, an exponent of three digits is 9e999, a number
-# beyond a double's digits is 9 * 300. A regular expression doing the same
-# cost five times as much (alternatives without a literal prefix are tried at
-# every byte).
+# The screen: anything that may break a rule survives this translation as
+# one of five literal byte strings, and a substring search (memchr fast)
+# finds each. Every digit becomes 9 and E becomes e, + and - are dropped (an
+# exponent of three digits is then 9e999, a number beyond a double's digits
+# 9 * 300), a NUL byte becomes a backslash (as every escape starts). A
+# regular expression doing the same cost five times as much: alternatives
+# without a literal prefix are tried at every byte.
 _SCREEN = bytes(
-    ord("9") if chr(c).isdigit() and c < 128 else ord("e") if c == ord("E") else c
+    ord("9") if 48 <= c <= 57 else ord("e") if c == ord("E") else ord("\\") if c == 0 else c
     for c in range(256)
 )
-_SUSPECT = (b"\x00", b"NaN", b"Infinity", b"\\u", b"9e999", b"9e+999", b"9e-999", b"9" * 300)
+_DIGITS = b"9" * 300
 _ESCAPE = re.compile(rb"\\u(?:0000|[dD][89abcdefABCDEF])")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # A double's largest finite magnitude has 309 integer digits.
@@ -60,11 +60,12 @@ def check_body(raw: bytes) -> None:
     only what would otherwise be accepted is refused here."""
     if not raw:
         return
-    screened = raw.translate(_SCREEN)
-    if not any(token in screened for token in _SUSPECT):
-        return
-    if not _numbers_or_nul(screened) and _ESCAPE.search(raw) is None:
-        return  # only harmless escapes (\u00e9, a surrogate pair)
+    screened = raw.translate(_SCREEN, b"+-")
+    values = (
+        b"NaN" in screened or b"Infinity" in screened or b"9e999" in screened or _DIGITS in screened
+    )
+    if not values and (b"\\" not in screened or (b"\x00" not in raw and _ESCAPE.search(raw) is None)):
+        return  # nothing suspect, or only harmless escapes (\u00e9, \", a surrogate pair)
     if b"\x00" in raw:
         raise StrictJsonError("the body contains a NUL byte", malformed=True)
     try:
@@ -83,10 +84,6 @@ def check_body(raw: bytes) -> None:
         _walk(value, "")
     except RecursionError as exc:
         raise StrictJsonError("the body is nested too deeply", malformed=True) from exc
-
-
-def _numbers_or_nul(screened: bytes) -> bool:
-    return any(token in screened for token in _SUSPECT if token != b"\\u")
 
 
 def check_query(raw: bytes) -> None:
