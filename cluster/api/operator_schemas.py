@@ -7,11 +7,12 @@ never renamed or removed.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from cluster.api.schemas import JobOut, ProblemOut, Rfc3339, UtcDatetime, _Strict, parse_rfc3339
+from cluster.api.openapi import problem_responses
+from cluster.api.schemas import JobOut, Rfc3339, UtcDatetime, _Strict, parse_rfc3339
 
 __all__ = [
     "MAX_BACKFILL",
@@ -42,17 +43,13 @@ _PROBLEM_TEXT = {
 }
 
 
-def problems(*statuses: int) -> dict[int | str, dict[str, object]]:
-    """The ``responses`` of a route: its problem+json answers."""
-    # ProblemOut is in the document's components (batch results carry it).
-    schema = {"$ref": f"#/components/schemas/{ProblemOut.__name__}"}
-    return {
-        s: {
-            "description": _PROBLEM_TEXT[s],
-            "content": {"application/problem+json": {"schema": schema}},
-        }
-        for s in statuses
-    }
+def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` of a route: its problem+json answers, each with the
+    problem types of its status (:func:`~cluster.api.openapi.problem_responses`)."""
+    out = problem_responses(*statuses)
+    for s in statuses:
+        out[s]["description"] = f"{_PROBLEM_TEXT[s]} {out[s]['description']}"
+    return out
 
 
 def _rfc3339(value: str | None, name: str) -> str | None:
