@@ -41,6 +41,7 @@ class OpenApiChecker:
         self.registry: Registry[Any] = Registry().with_resource(_ROOT, resource)
         self.paths = [(_pattern(p), p) for p in spec["paths"]]
         self.checked = 0
+        self._validators: dict[str, Draft202012Validator] = {}
 
     def operation(self, method: str, path: str) -> tuple[str, dict[str, Any]] | None:
         # Literal paths win over templates (/api/v1/jobs:batch is not a job id).
@@ -88,7 +89,10 @@ class OpenApiChecker:
         self.checked += 1
 
     def _validate(self, where: str, instance: Any, pointer: str) -> None:
-        validator = Draft202012Validator({"$ref": f"{_ROOT}#{pointer}"}, registry=self.registry)
+        validator = self._validators.get(pointer)
+        if validator is None:
+            validator = Draft202012Validator({"$ref": f"{_ROOT}#{pointer}"}, registry=self.registry)
+            self._validators[pointer] = validator
         errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.path))
         if errors:
             first = errors[0]

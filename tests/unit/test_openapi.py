@@ -120,3 +120,23 @@ async def test_every_problem_type_has_its_page_served_where_its_uri_points(api: 
     r = await api.get("/api/v1/jobs/job_01M8NDCRQPEVT9TKBNSP4S1NEN", headers=A)
     page = await api.get(str(r.url.join(r.json()["type"])))
     assert page.status_code == 200 and page.text.startswith("# Not found")
+
+
+def test_the_conformance_check_refuses_what_the_document_does_not_say(spec: dict[str, Any]) -> None:
+    # The hook the API test clients install is not a no-op: each of these
+    # answers would fail the test that received it.
+    from tests.openapi_conformance import NotConforming, OpenApiChecker
+
+    checker = OpenApiChecker(spec)
+    problem = json.dumps({"type": "/problems/conflict", "title": "Conflict", "status": 409, "detail": "x"})
+    checker.check("PATCH", "/api/v1/jobs/job_1", 409, PROBLEM, problem.encode())  # documented
+    bad = [
+        ("GET", "/api/v1/jobs/job_1", 409, PROBLEM, problem),  # a 409 getJob does not document
+        ("PATCH", "/api/v1/jobs/job_1", 409, "application/json", problem),  # wrong media type
+        ("PATCH", "/api/v1/jobs/job_1", 409, PROBLEM, '{"type": "about:blank", "title": "t", "status": 409, "detail": "d"}'),
+        ("GET", "/api/v1/jobs/job_1", 200, "application/json", '{"jobId": 1}'),  # body off the schema
+        ("GET", "/api/v1/nowhere", 200, "application/json", "{}"),  # no such operation
+    ]
+    for method, path, status, media, body in bad:
+        with pytest.raises(NotConforming):
+            checker.check(method, path, status, media, body.encode())
