@@ -28,7 +28,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cluster import __version__, logs, metrics, tracing
-from cluster.api import cron_actions, job_actions
+from cluster.api import console, cron_actions, job_actions
 from cluster.api import crons as cron_routes
 from cluster.api import jobs as job_routes
 from cluster.api import ops as ops_routes
@@ -114,6 +114,9 @@ def create_app(
         "served as its page at that path.",
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
+        # /docs is the console's (vendored Swagger UI); ReDoc would load from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     install_openapi(app)
     app.state.ctx = ctx
@@ -131,6 +134,7 @@ def create_app(
     app.include_router(cron_routes.router)
     app.include_router(cron_actions.router)
     app.include_router(problem_pages)
+    console.install(app)
     return app
 
 

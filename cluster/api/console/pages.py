@@ -1,0 +1,408 @@
+"""The console's pages (``/ui/…``): crons, jobs, dead letters, the cluster.
+
+Each page calls the same functions the ``/api/v1`` routes are (with the
+owner the API's own :meth:`ApiContext.owner_for` gives the session's
+token), so a page shows exactly what the API would answer and acts with
+the same checks: a tenant sees its own jobs and crons, another tenant's job
+is "not found", the cluster page is an operator's. An error the API would
+answer as problem+json is shown as a page with the same status and detail.
+
+Every action is a form POST with the session's CSRF token, answered with a
+redirect to the page it came from (post/redirect/get: a reload repeats
+nothing).
+"""
+
+from __future__ import annotations
+
+import collections
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import jinja2
+from fastapi import APIRouter, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from cluster.api import cron_actions, job_actions
+from cluster.api import crons as cron_routes
+from cluster.api import jobs as job_routes
+from cluster.api import ops as ops_routes
+from cluster.api.console.session import (
+    Session,
+    csrf_of,
+    end_session,
+    form_of,
+    session_of,
+    start_session,
+)
+from cluster.api.context import ApiContext
+from cluster.api.operator_schemas import PauseIn
+from cluster.api.problems import kind_of
+from cluster.errors import Forbidden, InvalidRequest, Unauthorized, VakitError
+
+__all__ = ["STATIC_DIR", "docs_page", "router"]
+
+HERE = Path(__file__).resolve().parent
+STATIC_DIR = HERE / "static"
+STATIC = "/ui/static"
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(HERE / "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+router = APIRouter(include_in_schema=False)
+_STATUSES = ("SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED")
+# Pages may be framed by nothing, load nothing from elsewhere and post
+# only here; scripts are the vendored files (no inline script).
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; "
+    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'; "
+    "form-action 'self'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def _iso(value: datetime | None) -> str:
+    return "" if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def _in_zone(value: datetime | None, zone: str) -> str:
+    """``value`` as wall time in ``zone`` (a cron's), e.g. ``2026-12-02 02:00 +03``."""
+    if value is None:
+        return ""
+    try:
+        local = value.astimezone(ZoneInfo(zone))
+    except (ZoneInfoNotFoundError, ValueError):
+        return _iso(value)
+    return local.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+_env.filters["iso"] = _iso
+_env.filters["in_zone"] = _in_zone
+_env.filters["q"] = lambda value: quote(str(value), safe="")
+
+
+def _ctx(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.ctx
+    return ctx
+
+
+def _page(
+    request: Request,
+    template: str,
+    status: int = 200,
+    session: Session | None = None,
+    **values: Any,
+) -> HTMLResponse:
+    response = HTMLResponse("", status_code=status, headers=_HEADERS)
+    csrf = csrf_of(request, response)
+    values.setdefault("flash", None)
+    body = _env.get_template(template).render(
+        session=session,
+        csrf=csrf,
+        path=request.url.path,
+        static=STATIC,
+        **values,
+    )
+    response.body = response.render(body)
+    response.headers["content-length"] = str(len(response.body))
+    return response
+
+
+def _error(request: Request, exc: VakitError, session: Session | None) -> Response:
+    """The API's problem as a page: its status, title and detail."""
+    if isinstance(exc, Unauthorized):
+        return _to_signin(request)
+    kind = kind_of(exc)
+    return _page(
+        request,
+        "error.html",
+        status=kind.status,
+        session=session,
+        title=kind.title,
+        detail=exc.message,
+        status_code=kind.status,
+    )
+
+
+def _to_signin(request: Request) -> RedirectResponse:
+    back = request.url.path if request.method == "GET" else "/ui/"
+    if request.method == "GET" and request.url.query:
+        back += "?" + request.url.query
+    return RedirectResponse("/ui/signin?" + urlencode({"next": back}), status_code=303)
+
+
+# What an action's redirect may show: by code, so a link cannot put words
+# of its own on the page.
+FLASHES = {
+    "paused": "Paused: no slot runs until it is resumed.",
+    "resumed": "Resumed: slots that passed meanwhile follow the misfire policy.",
+    "triggered": "Triggered: an extra occurrence is due now (see the recent runs).",
+    "retried": "Retried: a new series of attempts is due now.",
+    "cancelled": "Cancelled.",
+}
+
+
+def _back(where: str, flash: str) -> RedirectResponse:
+    return RedirectResponse(f"{where}?{urlencode({'flash': flash})}", status_code=303)
+
+
+def _flash(code: str | None) -> str | None:
+    return FLASHES.get(code or "")
+
+
+def _safe_next(value: str | None) -> str:
+    """Only a console path: never another site (``//host``, ``/ui\\…``)."""
+    if value and value.startswith("/ui/") and "//" not in value and "\\" not in value:
+        return value
+    return "/ui/crons"
+
+
+# -- sign-in ---------------------------------------------------------------------------
+
+
+@router.get("/ui")
+@router.get("/ui/")
+async def home() -> RedirectResponse:
+    return RedirectResponse("/ui/crons", status_code=303)
+
+
+@router.get("/ui/signin")
+async def signin_page(request: Request, next: str | None = None) -> Response:
+    return _page(request, "signin.html", next=_safe_next(next), message=None)
+
+
+@router.post("/ui/signin")
+async def signin(request: Request) -> Response:
+    try:
+        form = await form_of(request)
+    except Forbidden as exc:
+        return _page(request, "signin.html", status=403, next="/ui/crons", message=exc.message)
+    token = form.get("token", "").strip()
+    target = _safe_next(form.get("next"))
+    try:
+        _ctx(request).principal_for(f"Bearer {token}")
+    except Unauthorized:
+        return _page(
+            request, "signin.html", status=401, next=target, message="That token is not known here."
+        )
+    response = RedirectResponse(target, status_code=303)
+    start_session(response, request, token)
+    return response
+
+
+@router.post("/ui/signout")
+async def signout(request: Request) -> Response:
+    try:
+        await form_of(request)
+    except Forbidden as exc:
+        return _error(request, exc, None)
+    response = RedirectResponse("/ui/signin", status_code=303)
+    end_session(response, request)
+    return response
+
+
+# -- crons -----------------------------------------------------------------------------
+
+
+@router.get("/ui/crons")
+async def crons_page(request: Request, after: str = "", flash: str | None = None) -> Response:
+    ctx = _ctx(request)
+    session: Session | None = None
+    try:
+        session = session_of(ctx, request)
+        owner = ctx.owner_for(session.authorization)
+        page = await cron_routes.list_crons(ctx, owner, limit=100, after=after[:128])
+    except VakitError as exc:
+        return _error(request, exc, session)
+    return _page(
+        request, "crons.html", session=session, crons=page.items, next_cursor=page.nextCursor,
+        flash=_flash(flash),
+    )  # fmt: skip
+
+
+@router.get("/ui/crons/{cron_id}")
+async def cron_page(request: Request, cron_id: str, flash: str | None = None) -> Response:
+    ctx = _ctx(request)
+    session: Session | None = None
+    try:
+        session = session_of(ctx, request)
+        owner = ctx.owner_for(session.authorization)
+        cron = await cron_routes.get_cron(cron_id, ctx, owner)
+        preview = await cron_routes.preview_cron(cron_id, ctx, owner, from_=None, count=10)
+        runs = await cron_routes.cron_runs(cron_id, ctx, owner, limit=20)
+    except VakitError as exc:
+        return _error(request, exc, session)
+    return _page(
+        request, "cron.html", session=session, cron=cron, preview=preview, runs=runs.runs,
+        flash=_flash(flash),
+    )  # fmt: skip
+
+
+@router.post("/ui/crons/{cron_id}/{action}")
+async def cron_action(request: Request, cron_id: str, action: str) -> Response:
+    ctx = _ctx(request)
+    session: Session | None = None
+    where = f"/ui/crons/{quote(cron_id, safe='')}"
+    try:
+        session = session_of(ctx, request)
+        form = await form_of(request)
+        owner = ctx.owner_for(session.authorization)
+        if action == "pause":
+            reason = form.get("reason", "").strip() or f"paused from the console by {session.principal.name}"
+            await cron_actions.pause_cron(cron_id, PauseIn(reason=reason[:500]), ctx, owner)
+            return _back(where, "paused")
+        if action == "resume":
+            await cron_actions.resume_cron(cron_id, ctx, owner)
+            return _back(where, "resumed")
+        if action == "trigger":
+            await cron_routes.trigger_cron(cron_id, ctx, owner)
+            return _back(where, "triggered")
+        raise InvalidRequest(f"no action {action!r} on a cron job")
+    except VakitError as exc:
+        return _error(request, exc, session)
+
+
+# -- jobs ------------------------------------------------------------------------------
+
+
+@router.get("/ui/jobs")
+async def jobs_page(
+    request: Request,
+    status: str = "",
+    type: str = "",
+    cronJobId: str = "",
+    cursor: str = "",
+) -> Response:
+    ctx = _ctx(request)
+    session: Session | None = None
+    try:
+        session = session_of(ctx, request)
+        owner = ctx.owner_for(session.authorization)
+        page = await job_actions.search_jobs(
+            ctx, owner, status=[status] if status else None, type=type[:64] or None,
+            cronJobId=cronJobId or None, runAtFrom=None, runAtTo=None, finishedFrom=None,
+            finishedTo=None, limit=50, cursor=cursor[:64] or None, attempts=False,
+        )  # fmt: skip
+    except VakitError as exc:
+        return _error(request, exc, session)
+    filters = {"status": status, "type": type, "cronJobId": cronJobId}
+    next_query = (
+        urlencode({**{k: v for k, v in filters.items() if v}, "cursor": page.nextCursor})
+        if page.nextCursor
+        else None
+    )
+    return _page(
+        request, "jobs.html", session=session, jobs=page.items, filters=filters,
+        statuses=_STATUSES, next_query=next_query, missing=page.missingShards,
+    )  # fmt: skip
+
+
+async def _job(request: Request, job_id: str, template: str, flash: str | None) -> Response:
+    ctx = _ctx(request)
+    session: Session | None = None
+    try:
+        session = session_of(ctx, request)
+        owner = ctx.owner_for(session.authorization)
+        job = await job_routes.get_job(job_id, ctx, owner)
+    except VakitError as exc:
+        return _error(request, exc, session)
+    return _page(request, template, session=session, job=job, flash=_flash(flash))
+
+
+@router.get("/ui/jobs/{job_id}")
+async def job_page(request: Request, job_id: str, flash: str | None = None) -> Response:
+    return await _job(request, job_id, "job.html", flash)
+
+
+@router.get("/ui/jobs/{job_id}/state")
+async def job_state(request: Request, job_id: str) -> Response:
+    """The job page's status and attempt log alone: what htmx polls while the
+    job has not finished."""
+    return await _job(request, job_id, "job_state.html", None)
+
+
+@router.post("/ui/jobs/{job_id}/{action}")
+async def job_action(request: Request, job_id: str, action: str) -> Response:
+    ctx = _ctx(request)
+    session: Session | None = None
+    where = f"/ui/jobs/{quote(job_id, safe='')}"
+    try:
+        session = session_of(ctx, request)
+        await form_of(request)
+        owner = ctx.owner_for(session.authorization)
+        if action == "retry":
+            await job_actions.retry_job(job_id, ctx, owner)
+            return _back(where, "retried")
+        if action == "cancel":
+            await job_routes.delete_job(job_id, ctx, owner)
+            return _back(where, "cancelled")
+        raise InvalidRequest(f"no action {action!r} on a job")
+    except VakitError as exc:
+        return _error(request, exc, session)
+
+
+@router.get("/ui/dead-letters")
+async def dead_letters(request: Request) -> Response:
+    """FAILED jobs grouped by type and last error: the newest 500."""
+    ctx = _ctx(request)
+    session: Session | None = None
+    try:
+        session = session_of(ctx, request)
+        owner = ctx.owner_for(session.authorization)
+        page = await job_actions.search_jobs(
+            ctx, owner, status=["FAILED"], type=None, cronJobId=None, runAtFrom=None,
+            runAtTo=None, finishedFrom=None, finishedTo=None, limit=500, cursor=None,
+            attempts=False,
+        )  # fmt: skip
+    except VakitError as exc:
+        return _error(request, exc, session)
+    groups: dict[tuple[str, str], list[Any]] = collections.defaultdict(list)
+    for job in page.items:
+        groups[(job.type, job.lastError or "")].append(job)
+    ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
+    return _page(
+        request, "dead_letters.html", session=session, groups=ordered,
+        more=page.nextCursor is not None, missing=page.missingShards,
+    )  # fmt: skip
+
+
+# -- the cluster -----------------------------------------------------------------------
+
+
+@router.get("/ui/cluster")
+async def cluster_page(request: Request) -> Response:
+    ctx = _ctx(request)
+    session: Session | None = None
+    try:
+        session = session_of(ctx, request)
+        operator = ctx.operator_for(session.authorization)
+        report = await ops_routes.cluster_view(ctx, operator)
+    except VakitError as exc:
+        return _error(request, exc, session)
+    backlogs = [s.get("backlog") or 0 for s in report["shards"]]
+    return _page(
+        request, "cluster.html", session=session, report=report, widest=max([1, *backlogs])
+    )
+
+
+# -- /docs without internet ------------------------------------------------------------
+
+
+async def docs_page(request: Request) -> HTMLResponse:
+    """Swagger UI from the vendored files under ``/ui/static/swagger``."""
+    return get_swagger_ui_html(
+        openapi_url=request.app.openapi_url or "/openapi.json",
+        title=f"{request.app.title} API",
+        swagger_js_url=f"{STATIC}/swagger/swagger-ui-bundle.js",
+        swagger_css_url=f"{STATIC}/swagger/swagger-ui.css",
+        swagger_favicon_url=f"{STATIC}/swagger/favicon-32x32.png",
+        # No validator badge: it would call an outside service.
+        swagger_ui_parameters={"validatorUrl": None},
+    )
