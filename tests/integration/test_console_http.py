@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -182,3 +182,59 @@ async def test_docs_load_nothing_from_outside(ui: httpx.AsyncClient) -> None:
         assert (await ui.get(asset)).status_code == 200, asset
     assert (await ui.get("/redoc")).status_code == 404
     assert (await ui.get("/openapi.json")).status_code == 200
+
+
+async def test_backfill_shows_its_dry_run_first_and_each_slot_runs_once(ui: httpx.AsyncClient) -> None:
+    assert (await sign_in(ui, "token-a")).status_code == 303
+    created = await ui.post(
+        "/api/v1/cron-jobs", headers=A,
+        json={"name": "hourly", "schedule": "0 * * * *", "timeZone": "UTC",
+              "target": {"kind": "HTTP", "url": "https://hooks.example.com/x"}},
+    )  # fmt: skip
+    assert created.status_code == 201, created.text
+    cron = created.json()["cronJobId"]
+    page = await ui.get(f"/ui/crons/{cron}")
+    assert 'id="backfill-form"' in page.text
+    csrf = csrf_in(page.text)
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    span = {"from": iso(hour - timedelta(hours=3)), "to": iso(hour - timedelta(hours=1))}
+    dry = await ui.post(f"/ui/crons/{cron}/backfill", data={"csrf": csrf, **span})
+    assert dry.status_code == 200 and "would create <strong>2</strong>" in dry.text
+    assert 'id="backfill-confirm"' in dry.text
+    runs = (await ui.get(f"/api/v1/cron-jobs/{cron}/runs", headers=A)).json()["runs"]
+    assert runs == []  # the dry run wrote nothing
+    done = await ui.post(f"/ui/crons/{cron}/backfill", data={"csrf": csrf, **span, "confirm": "yes"})
+    assert done.status_code == 200 and "created <strong>2</strong>" in done.text
+    runs = (await ui.get(f"/api/v1/cron-jobs/{cron}/runs", headers=A)).json()["runs"]
+    assert sorted(r["scheduledFor"] for r in runs) == [iso(hour - timedelta(hours=h)) for h in (3, 2)]
+    again = await ui.post(f"/ui/crons/{cron}/backfill", data={"csrf": csrf, **span, "confirm": "yes"})
+    assert "created <strong>0</strong>, left <strong>2</strong>" in again.text
+    assert len((await ui.get(f"/api/v1/cron-jobs/{cron}/runs", headers=A)).json()["runs"]) == 2
+    bad = await ui.post(f"/ui/crons/{cron}/backfill", data={"csrf": csrf, "from": "yesterday", "to": span["to"]})
+    assert bad.status_code == 422 and "from" in bad.text
+
+
+async def test_a_dead_letter_group_is_retried_after_its_dry_run(
+    ui: httpx.AsyncClient, store: PgStore
+) -> None:
+    now = iso(datetime.now(UTC))
+    other = (await ui.post("/api/v1/jobs", json=body(runAt=now, type="SETTLE"), headers=A)).json()["jobId"]
+    assert await fail_due(store, "HTTP 410") == 1
+    group = [
+        (await ui.post("/api/v1/jobs", json=body(runAt=now, type="SETTLE"), headers=A)).json()["jobId"]
+        for _ in range(3)
+    ]
+    assert await fail_due(store, "HTTP 404") == 3
+    assert (await sign_in(ui, "token-a")).status_code == 303
+    page = await ui.get("/ui/dead-letters")
+    form = {"csrf": csrf_in(page.text), "type": "SETTLE", "error": "HTTP 404"}
+    dry = await ui.post("/ui/dead-letters/retry", data=form)
+    assert dry.status_code == 200 and "these <strong>3</strong> failed jobs" in dry.text
+    assert sorted(re.findall(r'<li><a href="/ui/jobs/([^"]+)"', dry.text)) == sorted(group)
+    statuses = [(await ui.get(f"/api/v1/jobs/{j}", headers=A)).json()["status"] for j in group]
+    assert statuses == ["FAILED"] * 3  # the dry run changed nothing
+    done = await ui.post("/ui/dead-letters/retry", data={**form, "confirm": "yes"})
+    assert done.status_code == 200 and "Retried <strong>3</strong> of 3" in done.text
+    for j in group:
+        assert (await ui.get(f"/api/v1/jobs/{j}", headers=A)).json()["status"] == "SCHEDULED"
+    assert (await ui.get(f"/api/v1/jobs/{other}", headers=A)).json()["status"] == "FAILED"

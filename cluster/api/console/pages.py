@@ -15,7 +15,7 @@ nothing).
 from __future__ import annotations
 
 import collections
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import jinja2
 from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_swagger_ui_html
+from pydantic import ValidationError
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from cluster.api import cron_actions, job_actions
@@ -39,7 +40,7 @@ from cluster.api.console.session import (
     start_session,
 )
 from cluster.api.context import ApiContext
-from cluster.api.operator_schemas import PauseIn
+from cluster.api.operator_schemas import BackfillIn, PauseIn
 from cluster.api.problems import kind_of
 from cluster.errors import Forbidden, InvalidRequest, Unauthorized, VakitError
 
@@ -241,8 +242,54 @@ async def cron_page(request: Request, cron_id: str, flash: str | None = None) ->
         return _error(request, exc, session)
     return _page(
         request, "cron.html", session=session, cron=cron, preview=preview, runs=runs.runs,
-        flash=_flash(flash),
+        flash=_flash(flash), backfill_range=_yesterday(cron.timeZone),
     )  # fmt: skip
+
+
+def _yesterday(zone: str) -> tuple[str, str]:
+    """Yesterday in ``zone``, midnight to midnight: the backfill form's default."""
+    try:
+        tz = ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        tz = ZoneInfo("UTC")
+    today = datetime.now(tz).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = (today - timedelta(days=1)).replace(tzinfo=None).replace(tzinfo=tz)
+    return start.isoformat(), today.isoformat()
+
+
+@router.post("/ui/crons/{cron_id}/backfill")
+async def cron_backfill(request: Request, cron_id: str) -> Response:
+    """The dry run first (what each slot would do), then, confirmed, the
+    backfill itself. Its result is shown rather than redirected to: a
+    repeat doubles nothing (each slot at most once)."""
+    ctx = _ctx(request)
+    session: Session | None = None
+    try:
+        session = session_of(ctx, request)
+        form = await form_of(request)
+        owner = ctx.owner_for(session.authorization)
+        cron = await cron_routes.get_cron(cron_id, ctx, owner)
+        confirmed = form.get("confirm") == "yes"
+        try:
+            body = BackfillIn.model_validate({
+                "from": form.get("from", "").strip(), "to": form.get("to", "").strip(),
+                "rerun": form.get("rerun") == "yes", "dryRun": not confirmed,
+            })  # fmt: skip
+        except ValidationError as exc:
+            raise InvalidRequest(_first_error(exc)) from exc
+        out = await cron_actions.backfill_cron(cron_id, body, ctx, owner)
+    except VakitError as exc:
+        return _error(request, exc, session)
+    return _page(
+        request, "backfill.html", session=session, cron=cron, out=out,
+        range_from=body.from_, range_to=body.to, rerun=body.rerun,
+    )  # fmt: skip
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(x) for x in error.get("loc", ()))
+    return f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid"))
 
 
 @router.post("/ui/crons/{cron_id}/{action}")
@@ -370,6 +417,41 @@ async def dead_letters(request: Request) -> Response:
     return _page(
         request, "dead_letters.html", session=session, groups=ordered,
         more=page.nextCursor is not None, missing=page.missingShards,
+    )  # fmt: skip
+
+
+@router.post("/ui/dead-letters/retry")
+async def retry_group(request: Request) -> Response:
+    """Retry one group of dead letters (a type and a last error): without
+    ``confirm`` a dry run lists the jobs it would retry; confirmed, each is
+    retried as ``POST /jobs/{id}/retry`` would, and the outcome is shown."""
+    ctx = _ctx(request)
+    session: Session | None = None
+    try:
+        session = session_of(ctx, request)
+        form = await form_of(request)
+        owner = ctx.owner_for(session.authorization)
+        kind, error = form.get("type", ""), form.get("error", "")
+        page = await job_actions.search_jobs(
+            ctx, owner, status=["FAILED"], type=kind[:64] or None, cronJobId=None,
+            runAtFrom=None, runAtTo=None, finishedFrom=None, finishedTo=None, limit=500,
+            cursor=None, attempts=False,
+        )  # fmt: skip
+        jobs = [j for j in page.items if (j.lastError or "") == error]
+        results: list[tuple[str, str]] = []
+        if form.get("confirm") == "yes":
+            for job in jobs:
+                try:
+                    await job_actions.retry_job(job.jobId, ctx, owner)
+                    results.append((job.jobId, "retried"))
+                except VakitError as exc:
+                    results.append((job.jobId, exc.message))
+    except VakitError as exc:
+        return _error(request, exc, session)
+    return _page(
+        request, "retry_group.html", session=session, kind=kind, error=error, jobs=jobs,
+        results=results, more=page.nextCursor is not None,
+        retried=sum(1 for _, r in results if r == "retried"),
     )  # fmt: skip
 
 
