@@ -238,3 +238,19 @@ async def test_a_dead_letter_group_is_retried_after_its_dry_run(
     for j in group:
         assert (await ui.get(f"/api/v1/jobs/{j}", headers=A)).json()["status"] == "SCHEDULED"
     assert (await ui.get(f"/api/v1/jobs/{other}", headers=A)).json()["status"] == "FAILED"
+
+
+async def test_a_scheduled_job_is_rescheduled_and_bad_input_changes_nothing(ui: httpx.AsyncClient) -> None:
+    job = (await ui.post("/api/v1/jobs", json=body(), headers=A)).json()["jobId"]
+    assert (await sign_in(ui, "token-a")).status_code == 303
+    page = await ui.get(f"/ui/jobs/{job}")
+    assert 'id="reschedule"' in page.text
+    csrf = csrf_in(page.text)
+    before = (await ui.get(f"/api/v1/jobs/{job}", headers=A)).json()["runAt"]
+    bad = await ui.post(f"/ui/jobs/{job}/reschedule", data={"csrf": csrf, "runAt": "tomorrow"})
+    assert bad.status_code == 422 and "runAt" in bad.text
+    assert (await ui.get(f"/api/v1/jobs/{job}", headers=A)).json()["runAt"] == before
+    later = "2030-06-01T12:00:00Z"
+    r = await ui.post(f"/ui/jobs/{job}/reschedule", data={"csrf": csrf, "runAt": later})
+    assert r.status_code == 303 and r.headers["location"].endswith("?flash=rescheduled")
+    assert (await ui.get(f"/api/v1/jobs/{job}", headers=A)).json()["runAt"] == later

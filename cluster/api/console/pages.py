@@ -42,6 +42,7 @@ from cluster.api.console.session import (
 from cluster.api.context import ApiContext
 from cluster.api.operator_schemas import BackfillIn, PauseIn
 from cluster.api.problems import kind_of
+from cluster.api.schemas import PatchJobIn
 from cluster.errors import Forbidden, InvalidRequest, Unauthorized, VakitError
 
 __all__ = ["STATIC_DIR", "docs_page", "router"]
@@ -147,6 +148,7 @@ FLASHES = {
     "triggered": "Triggered: an extra occurrence is due now (see the recent runs).",
     "retried": "Retried: a new series of attempts is due now.",
     "cancelled": "Cancelled.",
+    "rescheduled": "Rescheduled: it now runs at the new time.",
 }
 
 
@@ -382,8 +384,15 @@ async def job_action(request: Request, job_id: str, action: str) -> Response:
     where = f"/ui/jobs/{quote(job_id, safe='')}"
     try:
         session = session_of(ctx, request)
-        await form_of(request)
+        form = await form_of(request)
         owner = ctx.owner_for(session.authorization)
+        if action == "reschedule":
+            try:
+                patch = PatchJobIn.model_validate({"runAt": form.get("runAt", "").strip()})
+            except ValidationError as exc:
+                raise InvalidRequest(_first_error(exc), field="runAt") from exc
+            await job_routes.patch_job(job_id, patch, ctx, owner)
+            return _back(where, "rescheduled")
         if action == "retry":
             await job_actions.retry_job(job_id, ctx, owner)
             return _back(where, "retried")
