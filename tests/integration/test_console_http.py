@@ -254,3 +254,28 @@ async def test_a_scheduled_job_is_rescheduled_and_bad_input_changes_nothing(ui: 
     r = await ui.post(f"/ui/jobs/{job}/reschedule", data={"csrf": csrf, "runAt": later})
     assert r.status_code == 303 and r.headers["location"].endswith("?flash=rescheduled")
     assert (await ui.get(f"/api/v1/jobs/{job}", headers=A)).json()["runAt"] == later
+
+
+async def test_an_operator_may_show_another_owners_jobs_and_a_tenant_may_not(
+    ui: httpx.AsyncClient,
+) -> None:
+    job = (await ui.post("/api/v1/jobs", json=body(), headers=A)).json()["jobId"]
+    assert (await sign_in(ui, "token-b")).status_code == 303
+    page = await ui.get("/ui/jobs")
+    assert 'id="act-for"' not in page.text
+    r = await ui.post("/ui/act-for", data={"csrf": csrf_in(page.text), "owner": "svc-a"})
+    assert r.status_code == 403 and "vakit_acting_for" not in ui.cookies
+    # A forged choice is ignored for a tenant.
+    forged = f"vakit_session={ui.cookies['vakit_session']}; vakit_acting_for=svc-a"
+    r = await ui.get(f"/ui/jobs/{job}", headers={"Cookie": forged})
+    assert r.status_code == 404 and "svc-b" in r.text  # still signed in, as itself
+    assert (await sign_in(ui, "token-op")).status_code == 303
+    page = await ui.get("/ui/jobs")
+    assert job not in page.text  # the operator's own (none) until it picks an owner
+    r = await ui.post("/ui/act-for", data={"csrf": csrf_in(page.text), "owner": "svc-a"})
+    assert r.status_code == 303
+    page = await ui.get("/ui/jobs")
+    assert job in page.text and "showing svc-a" in page.text
+    assert (await ui.get(f"/ui/jobs/{job}")).status_code == 200
+    r = await ui.post("/ui/act-for", data={"csrf": csrf_in(page.text), "owner": ""})
+    assert (await ui.get(f"/ui/jobs/{job}")).status_code == 404  # back to its own

@@ -33,6 +33,7 @@ from cluster.api import jobs as job_routes
 from cluster.api import ops as ops_routes
 from cluster.api.console.session import (
     Session,
+    act_for,
     csrf_of,
     end_session,
     form_of,
@@ -211,6 +212,24 @@ async def signout(request: Request) -> Response:
     return response
 
 
+@router.post("/ui/act-for")
+async def acting_for(request: Request) -> Response:
+    """An operator picks the owner whose jobs and crons the pages show (the
+    API's ``?owner=``); empty for its own. A tenant may not."""
+    ctx = _ctx(request)
+    session: Session | None = None
+    try:
+        session = session_of(ctx, request)
+        form = await form_of(request)
+        owner = form.get("owner", "").strip()
+        ctx.owner_for(session.authorization, owner or None)  # the API's checks: 403, 422
+    except VakitError as exc:
+        return _error(request, exc, session)
+    response = RedirectResponse("/ui/crons", status_code=303)
+    act_for(response, request, owner or None)
+    return response
+
+
 # -- crons -----------------------------------------------------------------------------
 
 
@@ -220,7 +239,7 @@ async def crons_page(request: Request, after: str = "", flash: str | None = None
     session: Session | None = None
     try:
         session = session_of(ctx, request)
-        owner = ctx.owner_for(session.authorization)
+        owner = session.owner(ctx)
         page = await cron_routes.list_crons(ctx, owner, limit=100, after=after[:128])
     except VakitError as exc:
         return _error(request, exc, session)
@@ -236,7 +255,7 @@ async def cron_page(request: Request, cron_id: str, flash: str | None = None) ->
     session: Session | None = None
     try:
         session = session_of(ctx, request)
-        owner = ctx.owner_for(session.authorization)
+        owner = session.owner(ctx)
         cron = await cron_routes.get_cron(cron_id, ctx, owner)
         preview = await cron_routes.preview_cron(cron_id, ctx, owner, from_=None, count=10)
         runs = await cron_routes.cron_runs(cron_id, ctx, owner, limit=20)
@@ -269,7 +288,7 @@ async def cron_backfill(request: Request, cron_id: str) -> Response:
     try:
         session = session_of(ctx, request)
         form = await form_of(request)
-        owner = ctx.owner_for(session.authorization)
+        owner = session.owner(ctx)
         cron = await cron_routes.get_cron(cron_id, ctx, owner)
         confirmed = form.get("confirm") == "yes"
         try:
@@ -302,7 +321,7 @@ async def cron_action(request: Request, cron_id: str, action: str) -> Response:
     try:
         session = session_of(ctx, request)
         form = await form_of(request)
-        owner = ctx.owner_for(session.authorization)
+        owner = session.owner(ctx)
         if action == "pause":
             reason = form.get("reason", "").strip() or f"paused from the console by {session.principal.name}"
             await cron_actions.pause_cron(cron_id, PauseIn(reason=reason[:500]), ctx, owner)
@@ -333,7 +352,7 @@ async def jobs_page(
     session: Session | None = None
     try:
         session = session_of(ctx, request)
-        owner = ctx.owner_for(session.authorization)
+        owner = session.owner(ctx)
         page = await job_actions.search_jobs(
             ctx, owner, status=[status] if status else None, type=type[:64] or None,
             cronJobId=cronJobId or None, runAtFrom=None, runAtTo=None, finishedFrom=None,
@@ -358,7 +377,7 @@ async def _job(request: Request, job_id: str, template: str, flash: str | None) 
     session: Session | None = None
     try:
         session = session_of(ctx, request)
-        owner = ctx.owner_for(session.authorization)
+        owner = session.owner(ctx)
         job = await job_routes.get_job(job_id, ctx, owner)
     except VakitError as exc:
         return _error(request, exc, session)
@@ -385,7 +404,7 @@ async def job_action(request: Request, job_id: str, action: str) -> Response:
     try:
         session = session_of(ctx, request)
         form = await form_of(request)
-        owner = ctx.owner_for(session.authorization)
+        owner = session.owner(ctx)
         if action == "reschedule":
             try:
                 patch = PatchJobIn.model_validate({"runAt": form.get("runAt", "").strip()})
@@ -411,7 +430,7 @@ async def dead_letters(request: Request) -> Response:
     session: Session | None = None
     try:
         session = session_of(ctx, request)
-        owner = ctx.owner_for(session.authorization)
+        owner = session.owner(ctx)
         page = await job_actions.search_jobs(
             ctx, owner, status=["FAILED"], type=None, cronJobId=None, runAtFrom=None,
             runAtTo=None, finishedFrom=None, finishedTo=None, limit=500, cursor=None,
@@ -439,7 +458,7 @@ async def retry_group(request: Request) -> Response:
     try:
         session = session_of(ctx, request)
         form = await form_of(request)
-        owner = ctx.owner_for(session.authorization)
+        owner = session.owner(ctx)
         kind, error = form.get("type", ""), form.get("error", "")
         page = await job_actions.search_jobs(
             ctx, owner, status=["FAILED"], type=kind[:64] or None, cronJobId=None,

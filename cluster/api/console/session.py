@@ -34,6 +34,7 @@ __all__ = [
     "CSRF_COOKIE",
     "SESSION_COOKIE",
     "Session",
+    "act_for",
     "csrf_of",
     "end_session",
     "form_of",
@@ -43,17 +44,26 @@ __all__ = [
 
 SESSION_COOKIE = "vakit_session"
 CSRF_COOKIE = "vakit_csrf"
+ACTING_COOKIE = "vakit_acting_for"  # an operator's chosen owner
 _MAX_AGE = 12 * 3600  # a working day: sign in again tomorrow
 
 
 class Session:
-    """A signed-in viewer: who the token stands for, and the header the API's
-    own functions take (``ApiContext.owner_for``, ``operator_for``)."""
+    """A signed-in viewer: who the token stands for, the header the API's
+    own functions take (``ApiContext.owner_for``, ``operator_for``), and,
+    for an operator, the owner it acts for (the API's ``?owner=``)."""
 
-    def __init__(self, principal: Principal, authorization: str, csrf: str) -> None:
+    def __init__(
+        self, principal: Principal, authorization: str, csrf: str, acting_for: str | None = None
+    ) -> None:
         self.principal = principal
         self.authorization = authorization
         self.csrf = csrf
+        self.acting_for = acting_for if principal.operator else None
+
+    def owner(self, ctx: ApiContext) -> str:
+        """The owner this session's pages show and act for, by the API's rule."""
+        return ctx.owner_for(self.authorization, self.acting_for)
 
 
 def _secure(request: Request) -> bool:
@@ -102,7 +112,8 @@ def session_of(ctx: ApiContext, request: Request) -> Session:
         raise Unauthorized("not signed in") from exc
     authorization = f"Bearer {token}"
     principal = ctx.principal_for(authorization)  # Unauthorized for a token since removed
-    return Session(principal, authorization, request.cookies.get(CSRF_COOKIE, ""))
+    acting = request.cookies.get(ACTING_COOKIE) or None
+    return Session(principal, authorization, request.cookies.get(CSRF_COOKIE, ""), acting)
 
 
 def start_session(response: Response, request: Request, token: str) -> None:
@@ -113,8 +124,18 @@ def start_session(response: Response, request: Request, token: str) -> None:
     _set(response, request, CSRF_COOKIE, secrets.token_urlsafe(32))
 
 
+def act_for(response: Response, request: Request, owner: str | None) -> None:
+    """An operator's pages show ``owner``'s jobs and crons (None: its own)."""
+    if owner:
+        _set(response, request, ACTING_COOKIE, owner)
+    else:
+        response.delete_cookie(
+            ACTING_COOKIE, path="/", secure=_secure(request), httponly=True, samesite="strict"
+        )
+
+
 def end_session(response: Response, request: Request) -> None:
-    for name in (SESSION_COOKIE, CSRF_COOKIE):
+    for name in (SESSION_COOKIE, CSRF_COOKIE, ACTING_COOKIE):
         response.delete_cookie(
             name, path="/", secure=_secure(request), httponly=True, samesite="strict"
         )
