@@ -381,7 +381,11 @@ async def _job(request: Request, job_id: str, template: str, flash: str | None) 
         job = await job_routes.get_job(job_id, ctx, owner)
     except VakitError as exc:
         return _error(request, exc, session)
-    return _page(request, template, session=session, job=job, flash=_flash(flash))
+    # The page refreshes itself only while the job may change soon: running,
+    # or due within two minutes (a retry's backoff is shorter).
+    soon = job.status == "SCHEDULED" and job.runAt - ctx.clock.now() < timedelta(minutes=2)
+    poll = job.status == "RUNNING" or (soon and not job.paused)
+    return _page(request, template, session=session, job=job, flash=_flash(flash), poll=poll)
 
 
 @router.get("/ui/jobs/{job_id}")
