@@ -160,6 +160,11 @@ async def test_dead_letters_group_failed_jobs_by_type_and_error(
     assert sorted(rows) == [("REPORT", "HTTP 404", "1"), ("SETTLE", "HTTP 404", "3")]
     failed = await ui.get("/ui/jobs?status=FAILED&type=SETTLE")
     assert failed.text.count("data-job=") == 3
+    window = f"runAtFrom={iso(datetime.now(UTC) - timedelta(minutes=5))}&finishedTo=2100-01-01T00:00:00Z"
+    assert (await ui.get(f"/ui/jobs?status=FAILED&{window}")).text.count("data-job=") == 4
+    future = await ui.get("/ui/jobs?runAtFrom=2099-01-01T00:00:00Z")
+    assert future.status_code == 200 and 'id="no-jobs"' in future.text
+    assert (await ui.get("/ui/jobs?finishedFrom=last+week")).status_code == 422
     bad = await ui.get("/ui/jobs?status=NOPE")
     assert bad.status_code == 422 and "is not one of" in bad.text  # the API's problem, as a page
 

@@ -346,6 +346,10 @@ async def jobs_page(
     status: str = "",
     type: str = "",
     cronJobId: str = "",
+    runAtFrom: str = "",
+    runAtTo: str = "",
+    finishedFrom: str = "",
+    finishedTo: str = "",
     cursor: str = "",
 ) -> Response:
     ctx = _ctx(request)
@@ -355,12 +359,16 @@ async def jobs_page(
         owner = session.owner(ctx)
         page = await job_actions.search_jobs(
             ctx, owner, status=[status] if status else None, type=type[:64] or None,
-            cronJobId=cronJobId or None, runAtFrom=None, runAtTo=None, finishedFrom=None,
-            finishedTo=None, limit=50, cursor=cursor[:64] or None, attempts=False,
+            cronJobId=cronJobId or None, runAtFrom=runAtFrom or None, runAtTo=runAtTo or None,
+            finishedFrom=finishedFrom or None, finishedTo=finishedTo or None, limit=50,
+            cursor=cursor[:64] or None, attempts=False,
         )  # fmt: skip
     except VakitError as exc:
         return _error(request, exc, session)
-    filters = {"status": status, "type": type, "cronJobId": cronJobId}
+    filters = {
+        "status": status, "type": type, "cronJobId": cronJobId, "runAtFrom": runAtFrom,
+        "runAtTo": runAtTo, "finishedFrom": finishedFrom, "finishedTo": finishedTo,
+    }  # fmt: skip
     next_query = (
         urlencode({**{k: v for k, v in filters.items() if v}, "cursor": page.nextCursor})
         if page.nextCursor
