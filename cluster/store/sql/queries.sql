@@ -248,6 +248,10 @@ UPDATE jobs j
                      + make_interval(secs => least(j.timeout_seconds, %(lease)s) + %(grace)s)
   FROM due
  WHERE j.id = due.id
+   -- Found by primary key: with the join alone the planner may read the
+   -- whole table into a hash for a few hundred rows (a 100,000-job wave's
+   -- claims took 20-30 ms each that way, against 2-3 ms by key).
+   AND j.id = ANY(ARRAY(SELECT id FROM due))
 -- The columns in the order of cluster.model.ClaimedJob's fields: each row
 -- becomes one without a dict in between.
 RETURNING j.id, j.attempt, j.max_attempts, j.type, j.scheduled_for, j.run_at,
