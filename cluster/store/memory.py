@@ -335,22 +335,15 @@ class MemStore:
             return revived
 
     def _pausable(self, s: _Shard, job_id: uuid.UUID, owner: str, verb: str) -> _Row:
+        """:meth:`_scheduled`, and not a cron occurrence (its cron pauses it)."""
         row = s.rows.get(job_id)
         job = row.job if row else s.history.get(job_id)
-        if job is None or job.owner != owner:
-            raise NotFound("no such job", job_id=str(job_id))
-        if job.cron_id is not None:
+        if job is not None and job.owner == owner and job.cron_id is not None:
             raise Conflict(
                 f"a cron job's occurrence cannot be {verb} alone; pause or resume its cron job",
                 job_id=str(job_id),
             )
-        if row is None or job.status is not JobStatus.SCHEDULED:
-            raise Conflict(
-                f"job is {job.status.value}; it can be {verb} only while SCHEDULED",
-                job_id=str(job_id),
-                job_status=job.status.value,
-            )
-        return row
+        return self._scheduled(s, job_id, owner, verb)
 
     async def pause_job(self, shard: int, params: PauseJobParams) -> JobRecord:
         s = self._shard(shard)
