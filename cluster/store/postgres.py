@@ -650,7 +650,8 @@ def _key_expired(p: CreateJobParams, shard: int) -> Conflict:
     )
 
 
-def _job_row(p: CreateJobParams) -> dict[str, Any]:
+def _job_fields(p: CreateJobParams) -> dict[str, Any]:
+    """A create's parameters: the single statements' and each row of a batch."""
     return {
         "id": p.id,
         "owner": p.owner,
@@ -663,33 +664,21 @@ def _job_row(p: CreateJobParams) -> dict[str, Any]:
         "max_attempts": p.max_attempts,
         "timeout_seconds": p.timeout_seconds,
         "target_kind": p.target_kind,
-        "target": Jsonb(p.target),
-        "payload": Jsonb(p.payload),
+        "target": p.target,
+        "payload": p.payload,
     }
+
+
+def _job_row(p: CreateJobParams) -> dict[str, Any]:
+    row = _job_fields(p)
+    row["target"] = Jsonb(p.target)
+    row["payload"] = Jsonb(p.payload)
+    return row
 
 
 def _batch_args(jobs: Sequence[CreateJobParams]) -> dict[str, Any]:
     """The batch as one JSON array of rows (insert_jobs_batch)."""
-    rows = [
-        {
-            "id": p.id,
-            "owner_service": p.owner,
-            "idempotency_key": p.idempotency_key,
-            "fingerprint": p.fingerprint,
-            "type": p.type,
-            "cron_id": p.cron_id,
-            "scheduled_for": p.scheduled_for,
-            "run_at": p.run_at,
-            "max_attempts": p.max_attempts,
-            "timeout_seconds": p.timeout_seconds,
-            "target_kind": p.target_kind,
-            "target": p.target,
-            "payload": p.payload,
-            "far": p.far,
-        }
-        for p in jobs
-    ]
-    return {"rows": json_text(rows)}
+    return {"rows": json_text([{**_job_fields(p), "far": p.far} for p in jobs])}
 
 
 def _record_from_row(row: dict[str, Any], attempts: tuple[AttemptRecord, ...] = ()) -> JobRecord:

@@ -90,9 +90,14 @@ SELECT pg_terminate_backend(pid, 1000) AS ended FROM pg_stat_activity
 -- parses in C, where fourteen column arrays cost the API a Python loop per
 -- value to encode.
 WITH v AS (
-    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
-           AS v(id uuid, owner_service text, idempotency_key text, fingerprint text, type text,
-                cron_id uuid, scheduled_for timestamptz, run_at timestamptz, max_attempts int,
+    -- Each row carries the single create's parameter names (the store builds
+    -- both from one function).
+    SELECT id, owner AS owner_service, key AS idempotency_key, fingerprint, type, cron_id,
+           scheduled_for, run_at, max_attempts, timeout_seconds, target_kind, target, payload,
+           far
+      FROM jsonb_to_recordset(%(rows)s::jsonb)
+           AS r(id uuid, owner text, key text, fingerprint text, type text, cron_id uuid,
+                scheduled_for timestamptz, run_at timestamptz, max_attempts int,
                 timeout_seconds int, target_kind text, target jsonb, payload jsonb, far bool)
 ),
 keyed AS (
