@@ -26,7 +26,6 @@ import logging
 import secrets
 import sys
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -35,7 +34,7 @@ from benchmarks.apiload import CRONS, ItemSource, create_items
 from benchmarks.cronwave import slot_at_least
 from benchmarks.harness import BenchCluster, ClusterSpec, ProcessSampler, bench_main, new_run
 from benchmarks.options import add_cluster_options, cluster_spec, run_settings, settings_in_effect
-from benchmarks.outcomes import Outcomes, collect, figures, server_info
+from benchmarks.outcomes import collect, figures, server_info
 from benchmarks.report import headline, machine_info, write_report
 from benchmarks.stats import summarize
 
@@ -133,46 +132,23 @@ def run(opts: MinutelyOptions) -> dict[str, Any]:
         cluster.stop_processes()
         outcomes = collect(dsns, owners)
         pg = server_info(dsns[0])
-    by_slot: dict[float, list[float]] = defaultdict(list)
-    made: dict[float, int] = defaultdict(int)
-    wanted = {s.timestamp() for s in slots}
-    for scheduled, started in zip(outcomes.scheduled, outcomes.started, strict=True):
-        if scheduled in wanted:
-            made[scheduled] += 1
-            if started is not None:
-                by_slot[scheduled].append(started - scheduled)
     per_slot: list[dict[str, Any]] = []
-    worst_p99: float | None = None
     for s in slots:
-        t = s.timestamp()
-        late = by_slot.get(t, [])
-        p99 = summarize(late)["p99"]
-        if p99 is not None:
-            worst_p99 = p99 if worst_p99 is None else max(worst_p99, p99)
+        slot = outcomes.scheduled_in({s.timestamp()})
+        late = slot.lateness()
         per_slot.append(
             {
                 "slot": s.isoformat(),
                 "expected": created.accepted,
-                "finished_jobs": made.get(t, 0),
+                "finished_jobs": slot.finished_count,
                 "started": len(late),
                 "all_started": len(late) == created.accepted,
                 "lateness_seconds": summarize(late),
             }
         )
-    measured_scheduled = [sc for sc in outcomes.scheduled if sc in wanted]
-    measured_started = [
-        st for sc, st in zip(outcomes.scheduled, outcomes.started, strict=True) if sc in wanted
-    ]
-    measured = Outcomes(
-        scheduled=measured_scheduled,
-        started=measured_started,
-        finished=[
-            f for sc, f in zip(outcomes.scheduled, outcomes.finished, strict=True) if sc in wanted
-        ],
-        attempts=[
-            a for sc, a in zip(outcomes.scheduled, outcomes.attempts, strict=True) if sc in wanted
-        ],
-    )
+    p99s = [p["lateness_seconds"]["p99"] for p in per_slot]
+    worst_p99 = max((p for p in p99s if p is not None), default=None)
+    measured = outcomes.scheduled_in({s.timestamp() for s in slots})
     expected = created.accepted * len(slots)
     figs = figures(measured, expected, slots[0].timestamp())
     api_cpu = create_usage.cpu_seconds.get("api")

@@ -52,6 +52,17 @@ class Outcomes:
     def start_times(self) -> list[float]:
         return [s for s in self.started if s is not None]
 
+    def scheduled_in(self, instants: set[float]) -> Outcomes:
+        """The finished jobs scheduled for one of ``instants`` (epoch
+        seconds); the status and pending counts are not per job, so they
+        are left out."""
+        keep = [sc in instants for sc in self.scheduled]
+        out = Outcomes()
+        for name in ("scheduled", "started", "finished", "attempts", "created"):
+            values = getattr(self, name)
+            setattr(out, name, [v for v, k in zip(values, keep, strict=True) if k])
+        return out
+
 
 def _collect_shard(dsn: str, owners: list[str]) -> Outcomes:
     out = Outcomes()

@@ -1,0 +1,24 @@
+"""The minutely benchmark's per-slot figures come from Outcomes.scheduled_in."""
+
+from __future__ import annotations
+
+from benchmarks.outcomes import Outcomes
+
+
+def test_scheduled_in_keeps_the_jobs_of_those_instants_only() -> None:
+    out = Outcomes(
+        scheduled=[60.0, 120.0, 60.0, 180.0],
+        started=[60.5, 121.0, None, 180.2],
+        finished=[61.0, 122.0, 70.0, 181.0],
+        attempts=[1, 1, 3, 1],
+        created=[1.0, 2.0, 3.0, 4.0],
+    )
+    slot = out.scheduled_in({60.0})
+    assert slot.scheduled == [60.0, 60.0]
+    assert slot.attempts == [1, 3]
+    assert slot.created == [1.0, 3.0]
+    assert slot.finished_count == 2
+    assert slot.lateness() == [0.5]  # the job that never started has no lateness
+    both = out.scheduled_in({60.0, 180.0})
+    assert both.finished == [61.0, 70.0, 181.0]
+    assert out.scheduled_in(set()).finished_count == 0
