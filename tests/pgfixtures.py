@@ -15,7 +15,8 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -37,15 +38,46 @@ def make_base_dir(prefix: str) -> Path:
     return base
 
 
-def start_pg(base: Path, name: str, **kwargs: object) -> PgServer:
+def start_pg(
+    base: Path, name: str, *, synchronous_commit: bool = False, **kwargs: object
+) -> PgServer:
+    """A test server in ``base/name``: fsync off (a machine crash is not what
+    the tests inject). ``synchronous_commit`` keeps commits synchronous, for
+    the tests that crash the server or fill its disk: with it off, a server
+    that stops loses commits it had acknowledged."""
+    settings = {"timezone": "'Asia/Kolkata'"}
+    if synchronous_commit:
+        settings["synchronous_commit"] = "on"
     server = PgServer(
         base / name,
         durable=False,
-        extra_settings={"timezone": "'Asia/Kolkata'"},
+        extra_settings=settings,
         **kwargs,  # type: ignore[arg-type]
     )
     server.start()
     return server
+
+
+@contextmanager
+def migrated_servers(
+    prefix: str, start: Callable[[Path, int], PgServer]
+) -> Iterator[list[PgServer]]:
+    """SHARDS servers of one test alone, each started by ``start(base,
+    shard)`` (``base`` a fresh directory), with a migrated database "vakit";
+    stopped at once and removed afterwards, however the test ended."""
+    base = make_base_dir(prefix)
+    servers: list[PgServer] = []
+    try:
+        for i in range(SHARDS):
+            servers.append(start(base, i))
+        for i, server in enumerate(servers):
+            server.create_database("vakit")
+            migrate_shard(server.dsn_for("vakit"), i)
+        yield servers
+    finally:
+        for server in servers:
+            server.stop("immediate")
+        shutil.rmtree(base, ignore_errors=True)
 
 
 class ContainerPg:

@@ -7,15 +7,13 @@ the report.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
 from cluster.local.pgserver import PgServer
-from cluster.store.migrate import migrate_shard
-from tests.pgfixtures import SHARDS, make_base_dir, start_pg
+from tests.pgfixtures import migrated_servers, start_pg
 from tests.procs import FaultSink, ProcessHarness, running_processes
 
 
@@ -35,19 +33,8 @@ def procs(shard_dsns: list[str], tmp_path: Path) -> Iterator[ProcessHarness]:
 @pytest.fixture
 def own_servers() -> Iterator[list[PgServer]]:
     """Two PostgreSQL servers of this test alone, migrated: it may stop them."""
-    base = make_base_dir("vakit-fault-pg-")
-    servers: list[PgServer] = []
-    try:
-        for i in range(SHARDS):
-            server = start_pg(base, f"shard{i}")
-            servers.append(server)
-            server.create_database("vakit")
-            migrate_shard(server.dsn_for("vakit"), i)
+    with migrated_servers("vakit-fault-pg-", lambda base, i: start_pg(base, f"shard{i}")) as servers:
         yield servers
-    finally:
-        for server in servers:
-            server.stop("immediate")
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

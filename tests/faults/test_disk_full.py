@@ -23,10 +23,9 @@ import httpx
 import pytest
 
 from cluster.local.pgserver import PgServer
-from cluster.store.migrate import migrate_shard
 from tests.faults.test_worker_faults import key_on
 from tests.helpers import wait_for
-from tests.pgfixtures import make_base_dir, start_pg
+from tests.pgfixtures import make_base_dir, migrated_servers, start_pg
 from tests.procs import TOKEN, FaultSink, running_processes
 from tests.shards import api_body, rows
 
@@ -62,27 +61,16 @@ def small_disk() -> Iterator[Path]:
 
 @pytest.fixture
 def disk_servers(small_disk: Path) -> Iterator[list[PgServer]]:
-    base = make_base_dir("vakit-disk-pg-")
-    servers: list[PgServer] = []
-    try:
-        servers.append(start_pg(base, "shard0"))
-        # Commits are synchronous, as in production: with them off, a server
-        # that stops on a full disk loses commits it had acknowledged.
-        full = PgServer(
-            small_disk / "shard1",
-            durable=False,
-            extra_settings={"timezone": "'Asia/Kolkata'", "synchronous_commit": "on"},
-        )
-        full.start()
-        servers.append(full)
-        for i, server in enumerate(servers):
-            server.create_database("vakit")
-            migrate_shard(server.dsn_for("vakit"), i)
+    def start(base: Path, i: int) -> PgServer:
+        # Shard 1 lives on the small disk. Commits are synchronous, as in
+        # production: with them off, a server that stops on a full disk
+        # loses commits it had acknowledged.
+        if i == 1:
+            return start_pg(small_disk, "shard1", synchronous_commit=True)
+        return start_pg(base, f"shard{i}")
+
+    with migrated_servers("vakit-disk-pg-", start) as servers:
         yield servers
-    finally:
-        for server in servers:
-            server.stop("immediate")
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def free_mb(path: Path) -> float:

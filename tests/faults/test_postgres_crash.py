@@ -14,7 +14,6 @@ job per key); no job is completed twice. Recovery times are printed.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -25,11 +24,10 @@ import pytest
 
 import shardmap
 from cluster.local.pgserver import PgServer
-from cluster.store.migrate import migrate_shard
 from tests.faults.test_worker_faults import SHARD_MAP
 from tests.helpers import wait_for
 from tests.load import Load
-from tests.pgfixtures import SHARDS, make_base_dir
+from tests.pgfixtures import migrated_servers, start_pg
 from tests.procs import TOKEN, FaultSink, ProcessHarness, running_processes
 from tests.shards import rows
 
@@ -71,24 +69,11 @@ def crash(server: PgServer) -> None:
 
 @pytest.fixture
 def durable_servers() -> Iterator[list[PgServer]]:
-    base = make_base_dir("vakit-crash-pg-")
-    servers: list[PgServer] = []
-    try:
-        for i in range(SHARDS):
-            server = PgServer(
-                base / f"shard{i}",
-                durable=False,
-                extra_settings={"timezone": "'Asia/Kolkata'", "synchronous_commit": "on"},
-            )
-            server.start()
-            servers.append(server)
-            server.create_database("vakit")
-            migrate_shard(server.dsn_for("vakit"), i)
+    def start(base: Path, i: int) -> PgServer:
+        return start_pg(base, f"shard{i}", synchronous_commit=True)
+
+    with migrated_servers("vakit-crash-pg-", start) as servers:
         yield servers
-    finally:
-        for server in servers:
-            server.stop("immediate")
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
