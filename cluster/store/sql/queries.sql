@@ -531,12 +531,7 @@ ON CONFLICT (owner_service, name) DO NOTHING
 RETURNING *;
 
 -- name: get_cron_by_name
-SELECT c.*, s.recent_success_at FROM cron_jobs c
-LEFT JOIN LATERAL (
-    SELECT max(h.finished_at) AS recent_success_at
-      FROM job_history h, cron_success_fold f
-     WHERE h.cron_id = c.id AND h.status = 'SUCCEEDED' AND h.finished_at > f.folded_until
-) s ON true
+SELECT c.*, cron_recent_success(c.id) AS recent_success_at FROM cron_jobs c
  WHERE c.owner_service = %(owner)s AND c.name = %(name)s;
 
 -- name: insert_crons
@@ -585,26 +580,15 @@ SELECT * FROM cron_jobs
  WHERE (owner_service, name) IN (SELECT * FROM unnest(%(owners)b::text[], %(names)b::text[]));
 
 -- name: get_cron
-SELECT c.*, s.recent_success_at FROM cron_jobs c
-LEFT JOIN LATERAL (
-    SELECT max(h.finished_at) AS recent_success_at
-      FROM job_history h, cron_success_fold f
-     WHERE h.cron_id = c.id AND h.status = 'SUCCEEDED' AND h.finished_at > f.folded_until
-) s ON true
+SELECT c.*, cron_recent_success(c.id) AS recent_success_at FROM cron_jobs c
  WHERE c.id = %(id)s AND c.owner_service = %(owner)s;
 
 -- name: list_crons
-SELECT c.*, s.recent_success_at
-  FROM (SELECT * FROM cron_jobs
-         WHERE owner_service = %(owner)s AND name > %(after)s
-         ORDER BY name
-         LIMIT %(limit)s) c
-LEFT JOIN LATERAL (
-    SELECT max(h.finished_at) AS recent_success_at
-      FROM job_history h, cron_success_fold f
-     WHERE h.cron_id = c.id AND h.status = 'SUCCEEDED' AND h.finished_at > f.folded_until
-) s ON true
- ORDER BY c.name;
+-- The function runs for the page's rows only (it is in the select list).
+SELECT c.*, cron_recent_success(c.id) AS recent_success_at FROM cron_jobs c
+ WHERE c.owner_service = %(owner)s AND c.name > %(after)s
+ ORDER BY c.name
+ LIMIT %(limit)s;
 
 -- name: update_cron
 UPDATE cron_jobs
