@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -45,6 +45,9 @@ REPO = Path(__file__).resolve().parents[2]
 TOKENS = {"tok-a": "svc-a", "tok-b": "svc-b"}
 OPERATOR = "fault-token"  # tests.procs.FAULT_SETTINGS: an operator named svc
 BROWSER_ZONE = "America/New_York"
+# A polling page (htmx ``every 2s``, outerHTML) may replace an element
+# between finding it and reading its text: a wait then looks again.
+SWAPPED = (StaleElementReferenceException,)
 
 
 @dataclass
@@ -80,14 +83,14 @@ class Console:
             found[:] = d.find_elements(By.CSS_SELECTOR, css)
             return bool(found)
 
-        WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(present)
+        WebDriverWait(self.driver, timeout, poll_frequency=0.1, ignored_exceptions=SWAPPED).until(present)
         return found[0]
 
     def wait_text(self, css: str, text: str, timeout: float = 20.0) -> None:
         def shows(d: Any) -> bool:
             return any(text in e.text for e in d.find_elements(By.CSS_SELECTOR, css))
 
-        WebDriverWait(self.driver, timeout, poll_frequency=0.2).until(shows)
+        WebDriverWait(self.driver, timeout, poll_frequency=0.2, ignored_exceptions=SWAPPED).until(shows)
 
     def sign_in(self, token: str, then: str) -> None:
         """Sign in from wherever ``then`` sends a stranger, with the keyboard."""
