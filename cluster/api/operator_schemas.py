@@ -24,7 +24,10 @@ __all__ = [
     "BulkJobsIn",
     "BulkJobsOut",
     "JobPageOut",
+    "LatenessMinuteOut",
+    "LatenessOut",
     "PauseIn",
+    "ShardLatenessOut",
     "problems",
 ]
 
@@ -156,4 +159,34 @@ class BackfillOut(BaseModel):
     rerun: int
     nextFrom: UtcDatetime | None = Field(
         description=f"The range holds more than {MAX_BACKFILL} slots: call again from here."
+    )
+
+
+class LatenessMinuteOut(BaseModel):
+    """Start lateness of the attempts that ended in one UTC minute."""
+
+    minute: UtcDatetime = Field(description="The minute's first instant.")
+    count: int = Field(description="Attempts that ended in the minute and logged a lateness.")
+    p50Seconds: float
+    p99Seconds: float
+    maxSeconds: float
+
+
+class ShardLatenessOut(BaseModel):
+    shard: int
+    minutes: list[LatenessMinuteOut] = Field(description="Minutes with an attempt, oldest first.")
+    error: str | None = Field(None, description="Why the shard could not be read (then no minutes).")
+
+
+class LatenessOut(BaseModel):
+    """``GET /api/v1/cluster/lateness``: how late jobs started, by minute.
+    A percentile of the whole cluster cannot be made from each shard's, so
+    ``cluster`` gives, per minute, the worst shard's p50, p99 and max (the
+    cluster's own percentile is at most that) and the attempts of all shards."""
+
+    windowMinutes: int
+    cluster: list[LatenessMinuteOut]
+    shards: list[ShardLatenessOut]
+    missingShards: list[int] = Field(
+        description="Shards that could not be read: their attempts are missing from `cluster`."
     )

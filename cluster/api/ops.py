@@ -1,21 +1,23 @@
-"""Operations endpoints: ``/healthz``, ``/readyz``, ``/api/v1/cluster``, ``/metrics``."""
+"""Operations endpoints: ``/healthz``, ``/readyz``, ``/api/v1/cluster``,
+``/api/v1/cluster/lateness``, ``/metrics``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from cluster.api.context import Ctx, Operator
+from cluster.api.operator_schemas import LatenessMinuteOut, LatenessOut, ShardLatenessOut
 from cluster.coordination.report import cluster_status
 from cluster.errors import VakitError
-from cluster.model import WorkersSeenParams
+from cluster.model import LatenessMinute, LatenessParams, WorkersSeenParams
 from cluster.store.base import Store
 
-__all__ = ["router", "shard_readiness"]
+__all__ = ["cluster_lateness", "router", "shard_readiness"]
 
 router = APIRouter(tags=["operations"])
 
@@ -49,6 +51,48 @@ async def cluster_view(ctx: Ctx, operator: Operator) -> dict[str, Any]:
     # The view connects in the background (app.py); until it has, the
     # report says coordination is unavailable.
     return await cluster_status(ctx.store, ctx.view, coordinated=ctx.view_factory is not None)
+
+
+@router.get("/api/v1/cluster/lateness", response_model=LatenessOut)
+async def cluster_lateness(
+    ctx: Ctx,
+    operator: Operator,
+    minutes: int = Query(15, ge=1, le=60, description="The last this many UTC minutes, "
+                         "the current one included."),
+) -> LatenessOut:
+    """Start lateness (how long after its runAt an attempt started) by minute,
+    from the attempt logs of every shard: per shard, and the worst shard's.
+    Operator tokens only."""
+    shards: list[ShardLatenessOut] = []
+    merged: dict[Any, list[LatenessMinute]] = {}
+    for shard in range(ctx.store.shard_count):
+        try:
+            series = await ctx.store.start_lateness(shard, LatenessParams(minutes=minutes))
+        except VakitError as exc:
+            shards.append(ShardLatenessOut(shard=shard, minutes=[], error=exc.message))
+            continue
+        shards.append(ShardLatenessOut(shard=shard, minutes=[_minute_out(m) for m in series]))
+        for m in series:
+            merged.setdefault(m.minute, []).append(m)
+    cluster = [
+        LatenessMinuteOut(
+            minute=minute,
+            count=sum(m.count for m in ms),
+            p50Seconds=max(m.p50_seconds for m in ms),
+            p99Seconds=max(m.p99_seconds for m in ms),
+            maxSeconds=max(m.max_seconds for m in ms),
+        )
+        for minute, ms in sorted(merged.items())
+    ]
+    missing = [s.shard for s in shards if s.error is not None]
+    return LatenessOut(windowMinutes=minutes, cluster=cluster, shards=shards, missingShards=missing)
+
+
+def _minute_out(m: LatenessMinute) -> LatenessMinuteOut:
+    return LatenessMinuteOut(
+        minute=m.minute, count=m.count, p50Seconds=m.p50_seconds, p99Seconds=m.p99_seconds,
+        maxSeconds=m.max_seconds,
+    )  # fmt: skip
 
 
 @router.get("/metrics", include_in_schema=False)

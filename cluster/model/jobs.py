@@ -32,6 +32,8 @@ __all__ = [
     "JobRecord",
     "JobResult",
     "JobStatus",
+    "LatenessMinute",
+    "LatenessParams",
     "Lease",
     "MaintainHistoryParams",
     "MaintenanceResult",
@@ -282,6 +284,28 @@ class ReapResult:
 class BacklogStats:
     due: int
     oldest_due_age_seconds: float
+
+
+@dataclass(frozen=True)
+class LatenessParams:
+    """Start lateness of the attempts that ended in the last ``minutes``
+    whole minutes (the current one included), by minute."""
+
+    minutes: int = 15
+    now: datetime | None = None  # None: the database's now()
+
+
+@dataclass(frozen=True)
+class LatenessMinute:
+    """The attempts that ended in one UTC minute: how many logged a start
+    lateness, and its median, 99th percentile and worst (seconds; an
+    attempt that started early counts as 0, as the metric does)."""
+
+    minute: datetime
+    count: int
+    p50_seconds: float
+    p99_seconds: float
+    max_seconds: float
 
 
 @dataclass

@@ -43,6 +43,8 @@ from cluster.model import (
     JobRecord,
     JobSearchParams,
     LastSuccessParams,
+    LatenessMinute,
+    LatenessParams,
     ListCronsParams,
     MaintainHistoryParams,
     MaintenanceResult,
@@ -178,6 +180,12 @@ class Store(Protocol):
         ...
 
     async def backlog(self, shard: int, params: BacklogParams) -> BacklogStats: ...
+
+    async def start_lateness(self, shard: int, params: LatenessParams) -> list[LatenessMinute]:
+        """Start lateness of the attempts logged on this shard that ended in
+        the last ``params.minutes`` minutes, one entry per UTC minute that
+        has any, oldest first (the operator's lateness chart)."""
+        ...
 
     async def pending_by_owner(self, shard: int, params: OwnerCountsParams) -> dict[str, int]:
         """Jobs not yet finished (scheduled, far or running) per owner, cron

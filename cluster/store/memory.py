@@ -38,6 +38,8 @@ from cluster.model import (
     JobRecord,
     JobSearchParams,
     JobStatus,
+    LatenessMinute,
+    LatenessParams,
     Lease,
     MaintainHistoryParams,
     MaintenanceResult,
@@ -551,6 +553,28 @@ class MemStore:
         age = (now - min(due)).total_seconds() if due else 0.0
         return BacklogStats(due=len(due), oldest_due_age_seconds=age)
 
+    async def start_lateness(self, shard: int, params: LatenessParams) -> list[LatenessMinute]:
+        now = self._now(params.now)
+        since = now.astimezone(UTC).replace(second=0, microsecond=0) - timedelta(
+            minutes=params.minutes - 1
+        )
+        by_minute: dict[datetime, list[float]] = {}
+        for logged in self._shard(shard).attempts.values():
+            for a in logged:
+                if a.lateness_seconds is not None and since <= a.finished_at <= now:
+                    minute = a.finished_at.astimezone(UTC).replace(second=0, microsecond=0)
+                    by_minute.setdefault(minute, []).append(max(a.lateness_seconds, 0.0))
+        out = []
+        for minute in sorted(by_minute):
+            values = sorted(by_minute[minute])
+            out.append(
+                LatenessMinute(
+                    minute, len(values), _percentile_cont(values, 0.5),
+                    _percentile_cont(values, 0.99), values[-1],
+                )
+            )  # fmt: skip
+        return out
+
     async def pending_by_owner(self, shard: int, params: OwnerCountsParams) -> dict[str, int]:
         counts = Counter(r.job.owner for r in self._shard(shard).rows.values())
         return dict(counts.most_common(params.limit))
@@ -618,3 +642,12 @@ class MemStore:
                 del s.keys[key]
                 result.purged_keys += 1
             return result
+
+
+def _percentile_cont(ordered: list[float], fraction: float) -> float:
+    """PostgreSQL's percentile_cont over sorted values: linear between the
+    two nearest ranks."""
+    at = fraction * (len(ordered) - 1)
+    low = int(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)

@@ -40,6 +40,8 @@ from cluster.model import (
     JobRecord,
     JobSearchParams,
     JobStatus,
+    LatenessMinute,
+    LatenessParams,
     MaintainHistoryParams,
     MaintenanceResult,
     MoveFarParams,
@@ -533,6 +535,13 @@ class PgStore(PgShards):
     async def backlog(self, shard: int, params: BacklogParams) -> BacklogStats:
         rows = await self.fetch(shard, "backlog", {"now": params.now, "cap": BACKLOG_CAP})
         return BacklogStats(due=rows[0]["due"], oldest_due_age_seconds=float(rows[0]["oldest_age"]))
+
+    @wrap_exceptions
+    async def start_lateness(self, shard: int, params: LatenessParams) -> list[LatenessMinute]:
+        rows = await self.fetch(shard, "start_lateness", {"minutes": params.minutes, "now": params.now})
+        return [
+            LatenessMinute(r["minute"], r["n"], r["pct"][0], r["pct"][1], r["worst"]) for r in rows
+        ]
 
     @wrap_exceptions
     async def pending_by_owner(self, shard: int, params: OwnerCountsParams) -> dict[str, int]:

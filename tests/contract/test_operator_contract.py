@@ -6,7 +6,7 @@ and resume of jobs and crons, and backfill (each slot once)."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -23,6 +23,7 @@ from cluster.model import (
     JobResult,
     JobSearchParams,
     JobStatus,
+    LatenessParams,
     MoveFarParams,
     Outcome,
     PauseCronParams,
@@ -35,7 +36,7 @@ from cluster.model import (
 from tests.contract import test_cron_store_contract as cron_contract
 from tests.contract.conftest import Harness
 from tests.contract.test_cron_store_contract import CronHarness, advance, cron, get, occ, write
-from tests.contract.test_store_contract import SHARD, claim, create, result
+from tests.contract.test_store_contract import SHARD, claim, create, job, result
 
 OWNER = "svc"
 # The cron store harness (mem and pg) of the cron contract suite.
@@ -296,3 +297,50 @@ async def test_backfill_rerun_revives_a_finished_slot(ch: CronHarness) -> None:
     assert (rerun.outcome, rerun.job_id) == ("rerun", made.job_id)
     [job] = await search(ch, cron_id=c.id)
     assert (job.id, job.status, job.scheduled_for) == (made.job_id, JobStatus.SCHEDULED, slot)
+
+
+# -- start lateness --------------------------------------------------------------------
+
+
+async def test_start_lateness_by_minute_of_the_attempts_that_ended(h: Harness) -> None:
+    minute = h.now().astimezone(UTC).replace(second=0, microsecond=0)
+    # (lateness, when the attempt ended, how): four attempts in the minute
+    # (a retry's too), two in the one before (one started early: 0), one
+    # before the window; one attempt of another shard is not this shard's.
+    ends = [
+        (0.1, minute + timedelta(seconds=10), Outcome.SUCCEEDED),
+        (0.2, minute + timedelta(seconds=11), Outcome.FAILED),
+        (0.4, minute + timedelta(seconds=12), Outcome.RETRY),
+        (3.0, minute + timedelta(seconds=13), Outcome.SUCCEEDED),
+        (1.0, minute - timedelta(seconds=50), Outcome.SUCCEEDED),
+        (-0.5, minute - timedelta(seconds=40), Outcome.SUCCEEDED),
+        (50.0, minute - timedelta(minutes=20), Outcome.SUCCEEDED),
+    ]
+    for _ in ends:
+        await create(h)
+    claimed = await h.store.claim_jobs(SHARD, claim(h))
+    assert len(claimed) == len(ends)
+    for c, (late, at, outcome) in zip(claimed, ends, strict=True):
+        error = None if outcome is Outcome.SUCCEEDED else "HTTP 500"
+        done = JobResult(c.lease, outcome, "w1", at, late, error, 5.0)
+        assert await h.store.finish_jobs(SHARD, FinishParams((done,), now=at))
+    await h.store.create_job(1, job(h))
+    [c1] = await h.store.claim_jobs(1, claim(h))
+    done = JobResult(c1.lease, Outcome.SUCCEEDED, "w1", minute, 9.0)
+    assert await h.store.finish_jobs(1, FinishParams((done,), now=minute + timedelta(seconds=1)))
+
+    now = minute + timedelta(seconds=30)
+    series = await h.store.start_lateness(SHARD, LatenessParams(minutes=15, now=now))
+    assert [m.minute for m in series] == [minute - timedelta(minutes=1), minute]
+    before, this = series
+    assert (before.count, before.p50_seconds, before.max_seconds) == (2, 0.5, 1.0)
+    assert this.count == 4 and this.max_seconds == 3.0
+    # percentile_cont: linear between the nearest ranks of 0.1, 0.2, 0.4, 3.0.
+    assert this.p50_seconds == pytest.approx(0.3)
+    assert this.p99_seconds == pytest.approx(0.4 + 0.97 * 2.6)
+    # A window of one minute is the current minute alone; one that ended
+    # before the attempts has none of them.
+    assert [m.minute for m in await h.store.start_lateness(SHARD, LatenessParams(1, now))] == [minute]
+    assert await h.store.start_lateness(SHARD, LatenessParams(5, minute - timedelta(minutes=5))) == []
+    [shard1] = await h.store.start_lateness(1, LatenessParams(15, now))
+    assert (shard1.count, shard1.p50_seconds) == (1, 9.0)

@@ -413,6 +413,10 @@ async def test_ops_endpoints(api: httpx.AsyncClient) -> None:
     assert ready.status_code == 503 and all(s["migrated"] and s["workers"] == 0 for s in ready.json()["shards"])
     status = (await api.get("/api/v1/cluster", headers=OP)).json()
     assert status["coordination"] == "static" and [s["shard"] for s in status["shards"]] == [0, 1]
+    lateness = (await api.get("/api/v1/cluster/lateness?minutes=5", headers=OP)).json()
+    assert lateness["windowMinutes"] == 5 and lateness["cluster"] == [] and lateness["missingShards"] == []
+    assert [(s["shard"], s["minutes"]) for s in lateness["shards"]] == [(0, []), (1, [])]
+    assert_problem(await api.get("/api/v1/cluster/lateness?minutes=61", headers=OP), 422)
     await api.post("/api/v1/jobs", json=body(), headers=A)
     metrics = (await api.get("/metrics", headers=OP)).text
     assert 'vakit_api_requests_total{method="POST",route="/api/v1/jobs",status="201"}' in metrics
@@ -421,7 +425,7 @@ async def test_ops_endpoints(api: httpx.AsyncClient) -> None:
 # -- roles: tenant and operator tokens ---------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/api/v1/cluster", "/metrics"])
+@pytest.mark.parametrize("path", ["/api/v1/cluster", "/api/v1/cluster/lateness", "/metrics"])
 async def test_operator_views_refuse_tenants_and_strangers(api: httpx.AsyncClient, path: str) -> None:
     refused = assert_problem(await api.get(path, headers=A), 403)
     assert "operator" in refused["detail"]

@@ -15,7 +15,7 @@ nothing).
 from __future__ import annotations
 
 import collections
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -41,7 +41,7 @@ from cluster.api.console.session import (
     start_session,
 )
 from cluster.api.context import ApiContext
-from cluster.api.operator_schemas import BackfillIn, PauseIn
+from cluster.api.operator_schemas import BackfillIn, LatenessMinuteOut, PauseIn
 from cluster.api.problems import kind_of
 from cluster.api.schemas import PatchJobIn
 from cluster.errors import Forbidden, InvalidRequest, Unauthorized, VakitError
@@ -498,6 +498,11 @@ async def retry_group(request: Request) -> Response:
 # -- the cluster -----------------------------------------------------------------------
 
 
+# The lateness chart: the last this many minutes, drawn this large (px).
+LATENESS_MINUTES = 15
+_CHART_W, _CHART_H = 300, 64
+
+
 @router.get("/ui/cluster")
 async def cluster_page(request: Request) -> Response:
     ctx = _ctx(request)
@@ -506,12 +511,56 @@ async def cluster_page(request: Request) -> Response:
         session = session_of(ctx, request)
         operator = ctx.operator_for(session.authorization)
         report = await ops_routes.cluster_view(ctx, operator)
+        lateness = await ops_routes.cluster_lateness(ctx, operator, minutes=LATENESS_MINUTES)
     except VakitError as exc:
         return _error(request, exc, session)
     backlogs = [s.get("backlog") or 0 for s in report["shards"]]
+    last = ctx.clock.now().astimezone(UTC).replace(second=0, microsecond=0)
+    by_shard = {s.shard: s for s in lateness.shards}
     return _page(
-        request, "cluster.html", session=session, report=report, widest=max([1, *backlogs])
-    )
+        request, "cluster.html", session=session, report=report, widest=max([1, *backlogs]),
+        lateness=lateness, chart=_chart(lateness.cluster, last, _CHART_W, _CHART_H),
+        shard_lateness=by_shard,
+        shard_charts={s.shard: _chart(s.minutes, last, 90, 20) for s in lateness.shards},
+    )  # fmt: skip
+
+
+def _chart(series: list[LatenessMinuteOut], last: datetime, width: int, height: int) -> dict[str, Any]:
+    """A sparkline of p50 and p99 by minute, as SVG coordinates: drawn by the
+    server, so the page loads no chart library. x is the minute (the
+    window's first at 0, the current one at ``width``), y the seconds (the
+    window's worst p99 at the top). A minute without attempts has no point."""
+    first = last - timedelta(minutes=LATENESS_MINUTES - 1)
+    top = max((m.p99Seconds for m in series), default=0.0) or 1.0
+    step = width / (LATENESS_MINUTES - 1)
+
+    def points(values: list[tuple[datetime, float]]) -> list[tuple[float, float]]:
+        return [
+            (round((at - first).total_seconds() / 60 * step, 1), round(height - v / top * height, 1))
+            for at, v in values
+            if first <= at <= last
+        ]
+
+    p50 = points([(m.minute, m.p50Seconds) for m in series])
+    p99 = points([(m.minute, m.p99Seconds) for m in series])
+    return {
+        "width": width, "height": height, "top": top, "first": first, "last": last,
+        "p50": p50, "p99": p99,
+        "p50_line": " ".join(f"{x},{y}" for x, y in p50),
+        "p99_line": " ".join(f"{x},{y}" for x, y in p99),
+    }  # fmt: skip
+
+
+def _seconds(value: float | None) -> str:
+    """A lateness for people: milliseconds below a second, else seconds."""
+    if value is None:
+        return "—"
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+
+
+_env.filters["seconds"] = _seconds
 
 
 # -- /docs without internet ------------------------------------------------------------
