@@ -156,6 +156,12 @@ class CronOut(BaseModel):
     paused: bool = False
     pausedAt: UtcDatetime | None = None
     pauseReason: str | None = None
+    lastResult: Literal["SUCCEEDED", "FAILED", "SKIPPED"] | None = Field(
+        None,
+        description="The outcome of the occurrence that finished last (a cancelled one aside); "
+        "null before the first.",
+    )
+    lastResultAt: UtcDatetime | None = Field(None, description="When that occurrence finished.")
 
 
 class CronListOut(BaseModel):

@@ -109,6 +109,8 @@ def cron_out(c: CronRecord, shard: int) -> CronOut:
         paused=c.paused_at is not None,
         pausedAt=c.paused_at,
         pauseReason=c.pause_reason,
+        lastResult=c.last_result,
+        lastResultAt=c.last_result_at,
     )
 
 

@@ -40,6 +40,16 @@ def _later(a: datetime | None, b: datetime | None) -> datetime | None:
     return max(a, b)
 
 
+def _last_result(row: dict[str, Any]) -> dict[str, Any]:
+    """The folded last result (migration 12), or the newer one the fold has
+    not reached yet (``recent_result*``, where the read asked for it)."""
+    status, at = row.get("last_result"), row.get("last_result_at")
+    recent, recent_at = row.get("recent_result"), row.get("recent_result_at")
+    if recent_at is not None and (at is None or recent_at >= at):
+        status, at = recent, recent_at
+    return {"last_result": status, "last_result_at": at}
+
+
 @dataclass(frozen=True)
 class CronRecord:
     id: uuid.UUID
@@ -76,6 +86,10 @@ class CronRecord:
     run_count: int = 0  # occurrences the schedule made (not manual triggers)
     paused_at: datetime | None = None  # no slot is materialized while paused
     pause_reason: str | None = None
+    # The outcome of the occurrence that finished last (SUCCEEDED, FAILED or
+    # SKIPPED; a cancelled one is no result) and when it finished.
+    last_result: str | None = None
+    last_result_at: datetime | None = None
 
     @property
     def id_text(self) -> str:
@@ -121,6 +135,7 @@ class CronRecord:
             run_count=row["run_count"],
             paused_at=row.get("paused_at"),
             pause_reason=row.get("pause_reason"),
+            **_last_result(row),
         )
 
 

@@ -90,6 +90,10 @@ def _second(t: datetime) -> datetime:
     return t.replace(microsecond=0)
 
 
+# The outcomes a cron's last result shows: a cancelled occurrence is none.
+_RESULTS = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.SKIPPED})
+
+
 class MemCronStore:
     """:class:`~cluster.store.base.CronStore` over a :class:`MemStore`'s shards."""
 
@@ -106,15 +110,23 @@ class MemCronStore:
         return self.store.clock.now()
 
     def _view(self, shard: int, cron: CronRecord) -> CronRecord:
-        """The record as the database shows it: last_success_at is stamped
-        by finish_jobs there; here it is read from the history."""
+        """The record as the database shows it: last_success_at and the last
+        result are folded from the history there (and what the fold has not
+        reached added by the reads); here they are read from the history."""
         s = self.store._shard(shard)
-        succeeded = [
-            h.finished_at
+        finished = [
+            (h.finished_at, h.scheduled_for, h.status)
             for h in s.history.values()
-            if h.cron_id == cron.id and h.status is JobStatus.SUCCEEDED and h.finished_at
+            if h.cron_id == cron.id and h.status in _RESULTS and h.finished_at
         ]
-        return dataclasses.replace(cron, last_success_at=max(succeeded, default=None))
+        succeeded = [at for at, _, status in finished if status is JobStatus.SUCCEEDED]
+        last = max(finished, default=None)
+        return dataclasses.replace(
+            cron,
+            last_success_at=max(succeeded, default=None),
+            last_result=last[2].value if last else None,
+            last_result_at=last[0] if last else None,
+        )
 
     # -- definitions -----------------------------------------------------------
 

@@ -22,6 +22,7 @@ import shardmap
 from cluster.clock import FakeClock
 from cluster.errors import Conflict, NotFound
 from cluster.model import (
+    CancelParams,
     ClaimParams,
     CronRecord,
     CronRunsParams,
@@ -401,6 +402,49 @@ async def test_a_fold_in_small_slices_folds_every_success(ch: CronHarness) -> No
     for _ in range(2):
         folded = dict(await ch.crons.last_successes(0, sliced))
     assert {c.id: folded[c.id] for c in crons} == finished
+
+
+async def test_the_last_result_is_the_occurrence_that_finished_last_before_and_after_the_fold(
+    ch: CronHarness,
+) -> None:
+    c = cron(ch, at=-1)
+    await ch.crons.create(0, c)
+    assert c.next_fire_at is not None and (await get(ch, c)).last_result is None
+    early, late = c.next_fire_at - timedelta(minutes=2), c.next_fire_at
+    await write(ch, advance(c, occ(c, early), occ(c, late)))
+    claimed = await ch.store.claim_jobs(0, ClaimParams("w", 10, 30, 0, now=ch.now()))
+    by_slot = {j.scheduled_for: j for j in claimed}
+    # The earlier slot succeeds, then the later one fails for good: the
+    # last result is the failure, the last success stays the success.
+    succeeded, failed = ch.now() - timedelta(seconds=10), ch.now() - timedelta(seconds=5)
+    for slot, outcome, at in ((early, Outcome.SUCCEEDED, succeeded), (late, Outcome.FAILED, failed)):
+        done = JobResult(by_slot[slot].lease, outcome, "w", at, 0.0, "HTTP 500")
+        assert await ch.store.finish_jobs(0, FinishParams((done,), now=at))
+
+    async def shown() -> list[tuple[str | None, datetime | None, datetime | None]]:
+        listed = await ch.crons.list_page(0, ListCronsParams(OWNER, "", 10))
+        return [
+            (x.last_result, x.last_result_at, x.last_success_at) for x in [await get(ch, c), *listed]
+        ]
+
+    assert await shown() == [("FAILED", failed, succeeded)] * 2
+    ch.clock.advance(1)
+    await ch.crons.last_successes(0, LastSuccessParams(fold_lag_seconds=0))
+    assert await shown() == [("FAILED", failed, succeeded)] * 2
+    # A skipped occurrence after the fold is a result too; a cancelled one is not.
+    skipped_slot, cancelled_slot = late + timedelta(hours=1), late + timedelta(hours=2)
+    await write(
+        ch, advance(c, occ(c, skipped_slot, ch.now() - timedelta(seconds=1)), expected=late + timedelta(hours=1))
+    )
+    [job] = await ch.store.claim_jobs(0, ClaimParams("w", 10, 30, 0, now=ch.now()))
+    skipped = ch.now()
+    done = JobResult(job.lease, Outcome.SKIPPED, "w", skipped, 0.0, "starting deadline passed")
+    assert await ch.store.finish_jobs(0, FinishParams((done,), now=skipped))
+    cancelled = occ(c, cancelled_slot)
+    await write(ch, advance(c, cancelled, expected=late + timedelta(hours=2)))
+    ch.clock.advance(1)
+    await ch.store.cancel_job(0, CancelParams(cancelled.job_id, OWNER, now=ch.now()))
+    assert await shown() == [("SKIPPED", skipped, succeeded)] * 2
 
 
 async def test_disabled_crons_leave_the_silent_cron_list(ch: CronHarness) -> None:

@@ -531,7 +531,9 @@ ON CONFLICT (owner_service, name) DO NOTHING
 RETURNING *;
 
 -- name: get_cron_by_name
-SELECT c.*, cron_recent_success(c.id) AS recent_success_at FROM cron_jobs c
+SELECT c.*, cron_recent_success(c.id) AS recent_success_at,
+       r.status AS recent_result, r.finished_at AS recent_result_at
+  FROM cron_jobs c LEFT JOIN LATERAL cron_recent_result(c.id) r ON true
  WHERE c.owner_service = %(owner)s AND c.name = %(name)s;
 
 -- name: insert_crons
@@ -580,12 +582,18 @@ SELECT * FROM cron_jobs
  WHERE (owner_service, name) IN (SELECT * FROM unnest(%(owners)b::text[], %(names)b::text[]));
 
 -- name: get_cron
-SELECT c.*, cron_recent_success(c.id) AS recent_success_at FROM cron_jobs c
+SELECT c.*, cron_recent_success(c.id) AS recent_success_at,
+       r.status AS recent_result, r.finished_at AS recent_result_at
+  FROM cron_jobs c LEFT JOIN LATERAL cron_recent_result(c.id) r ON true
  WHERE c.id = %(id)s AND c.owner_service = %(owner)s;
 
 -- name: list_crons
--- The function runs for the page's rows only (it is in the select list).
-SELECT c.*, cron_recent_success(c.id) AS recent_success_at FROM cron_jobs c
+-- The functions run for the page's rows only: the page comes from the
+-- (owner_service, name) index in order, and the lateral join sits under
+-- the limit. Both read only the history the fold has not reached.
+SELECT c.*, cron_recent_success(c.id) AS recent_success_at,
+       r.status AS recent_result, r.finished_at AS recent_result_at
+  FROM cron_jobs c LEFT JOIN LATERAL cron_recent_result(c.id) r ON true
  WHERE c.owner_service = %(owner)s AND c.name > %(after)s
  ORDER BY c.name
  LIMIT %(limit)s;
@@ -836,7 +844,9 @@ SELECT r.id, r.scheduled_for, r.run_at, r.status, r.attempt, r.last_error, r.fin
 -- million successes of a midnight wave are folded in short transactions
 -- after it, never holding many crons' rows from the materializer (which
 -- skips a locked cron for a round) for long. `more` says the call stopped
--- at its limit. Reads add what is newer (recent_success_at).
+-- at its limit. Reads add what is newer (recent_success_at). The same
+-- slice folds each cron's last result (migration 12): the status of its
+-- occurrence that finished last, cancelled ones aside.
 WITH w AS (
     SELECT folded_until FROM cron_success_fold FOR UPDATE
 ),
@@ -850,16 +860,27 @@ bound AS (
              now() - make_interval(secs => %(lag)s)) AS upto
 ),
 s AS (
-    SELECT h.cron_id, max(h.finished_at) AS at
+    SELECT h.cron_id,
+           max(h.finished_at) FILTER (WHERE h.status = 'SUCCEEDED') AS at,
+           max(h.finished_at) AS result_at,
+           (array_agg(h.status ORDER BY h.finished_at DESC, h.scheduled_for DESC))[1] AS result
       FROM job_history h, w, bound
      WHERE h.finished_at > w.folded_until AND h.finished_at <= bound.upto
-       AND h.status = 'SUCCEEDED' AND h.cron_id IS NOT NULL
+       AND h.status IN ('SUCCEEDED', 'FAILED', 'SKIPPED') AND h.cron_id IS NOT NULL
      GROUP BY h.cron_id
 ),
 stamped AS (
-    UPDATE cron_jobs c SET last_success_at = s.at
+    -- greatest() passes over a NULL: a slice without a success keeps the
+    -- last success there was.
+    UPDATE cron_jobs c
+       SET last_success_at = greatest(c.last_success_at, s.at),
+           last_result = CASE WHEN c.last_result_at IS NULL OR c.last_result_at <= s.result_at
+                              THEN s.result ELSE c.last_result END,
+           last_result_at = greatest(c.last_result_at, s.result_at)
       FROM s
-     WHERE c.id = s.cron_id AND (c.last_success_at IS NULL OR c.last_success_at < s.at)
+     WHERE c.id = s.cron_id
+       AND (c.last_success_at < s.at OR (c.last_success_at IS NULL AND s.at IS NOT NULL)
+            OR c.last_result_at IS NULL OR c.last_result_at < s.result_at)
     RETURNING c.id
 )
 UPDATE cron_success_fold f
