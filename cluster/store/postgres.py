@@ -361,7 +361,15 @@ class PgStore(PgShards):
             ):
                 await cur.execute(QUERIES["search_plan"])
                 rows: list[dict[str, Any]] = []
-                if params.statuses is None:
+                if params.cron_id is not None:
+                    # A cron's rows come from the cron indexes, whatever the status.
+                    for status in params.statuses or (None,):
+                        each = {**args, "status": status.value if status else None}
+                        await cur.execute(QUERIES["search_jobs_of_cron"], each, prepare=True)
+                        rows += await cur.fetchall()
+                    rows.sort(key=lambda r: r["id"], reverse=True)
+                    del rows[params.limit :]
+                elif params.statuses is None:
                     await cur.execute(QUERIES["search_jobs"], args, prepare=True)
                     rows = await cur.fetchall()
                 else:

@@ -106,6 +106,29 @@ async def test_search_by_cron_and_with_attempts(h: Harness) -> None:
     assert [(a.attempt, a.outcome, a.error) for a in found.attempts] == [(1, "ERROR", "boom")]
 
 
+async def test_search_by_cron_reads_its_rows_in_every_table_with_the_other_filters(h: Harness) -> None:
+    cron_id = uuid.uuid4()
+    failed = await create(h, cron_id=cron_id)
+    await fail_for_good(h, failed.id)
+    near = await create(h, cron_id=cron_id, run_at=h.now() + timedelta(minutes=5))
+    far = await create(h, cron_id=cron_id, run_at=h.now() + timedelta(days=3), far=True)
+    await create(h, cron_id=uuid.uuid4())
+    await create(h, cron_id=cron_id, owner="other")
+    found = await search(h, cron_id=cron_id)
+    assert [j.id for j in found] == sorted([failed.id, near.id, far.id], reverse=True)
+    dead = await search(h, cron_id=cron_id, statuses=(JobStatus.FAILED,))
+    assert [j.id for j in dead] == [failed.id]
+    both = await search(h, cron_id=cron_id, statuses=(JobStatus.FAILED, JobStatus.SCHEDULED))
+    assert [j.id for j in both] == [j.id for j in found]
+    assert [j.id for j in await search(h, cron_id=cron_id, limit=1, before=found[0].id)] == [found[1].id]
+    assert await search(h, cron_id=cron_id, type="NOPE") == []
+    later = await search(h, cron_id=cron_id, run_at_from=h.now() + timedelta(minutes=1))
+    assert {j.id for j in later} == {near.id, far.id}
+    assert [j.id for j in await search(h, cron_id=cron_id, finished_from=h.now() - timedelta(minutes=1))] == [
+        failed.id
+    ]
+
+
 async def test_search_pages_by_keyset_without_gaps_or_repeats(h: Harness) -> None:
     made = {(await create(h, run_at=h.now() + timedelta(minutes=i))).id for i in range(7)}
     seen: list[uuid.UUID] = []
