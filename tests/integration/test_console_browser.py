@@ -36,6 +36,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
+from cluster.api.console.pages import seconds_text
 from cluster.local.pgserver import PgServer
 from tests.pgfixtures import clone_databases, drop_databases
 from tests.procs import FaultSink, ProcessHarness, VakitProcess, running_processes
@@ -257,12 +258,70 @@ def test_a_tenant_cannot_see_another_tenants_job_by_url(console: Console) -> Non
     c.wait_text("#job-status", "SCHEDULED")
 
 
+def test_a_cron_that_ran_shows_its_last_result_in_the_list_and_on_its_page(console: Console) -> None:
+    c = console
+    r = c.call(
+        "POST", "/api/v1/cron-jobs",
+        json={"name": "yearly-export", "schedule": "0 3 1 1 *", "timeZone": "UTC",
+              "target": {"kind": "HTTP", "url": c.sink.url}, "payload": {"fail": 1},
+              "maxAttempts": 1},
+    )  # fmt: skip
+    assert r.status_code == 201, r.text
+    cron = r.json()["cronJobId"]
+    c.sign_in("tok-a", "/ui/crons")
+    row = c.wait(f'tr[data-cron="{cron}"]')
+    assert row.find_element(By.CSS_SELECTOR, ".last-result").text == "—"  # never ran
+    # Triggered now, the occurrence's only attempt gets a 503: FAILED.
+    assert c.call("POST", f"/api/v1/cron-jobs/{cron}/trigger").status_code in (200, 201, 202)
+    deadline = time.monotonic() + 30
+    while (shown := c.call("GET", f"/api/v1/cron-jobs/{cron}").json())["lastResult"] != "FAILED":
+        assert time.monotonic() < deadline, f"no FAILED last result after 30 s: {shown}"
+        time.sleep(0.2)
+    assert shown["lastSuccessAt"] is None and shown["lastResultAt"]
+    c.open("/ui/crons")
+    cell = c.wait(f'tr[data-cron="{cron}"] .last-result')
+    assert "FAILED" in cell.text
+    assert cell.find_element(By.TAG_NAME, "time").get_attribute("datetime") == shown["lastResultAt"]
+    c.shot("12-crons-last-result")
+    c.open(f"/ui/crons/{cron}")
+    c.wait_text("#last-result", "FAILED")
+    assert c.find("#last-result time").get_attribute("datetime") == shown["lastResultAt"]
+
+
 def test_an_operator_sees_the_cluster_and_docs_render_offline(console: Console) -> None:
     c = console
+    # A job of this test's own runs first: the lateness figures have at
+    # least its attempt, whichever tests ran before.
+    r = c.call("POST", "/api/v1/jobs", json={
+        "type": "LATENESS_PROBE", "runAt": now_iso(), "target": {"kind": "HTTP", "url": c.sink.url}})  # fmt: skip
+    assert r.status_code == 201, r.text
+    job = r.json()["jobId"]
+    deadline = time.monotonic() + 30
+    while (done := c.call("GET", f"/api/v1/jobs/{job}").json())["status"] != "SUCCEEDED":
+        assert time.monotonic() < deadline, f"job {job} did not succeed in 30 s: {done}"
+        time.sleep(0.2)
+    [attempt] = [a for a in done["attempts"] if a["latenessSeconds"] is not None]
     c.sign_in(OPERATOR, "/ui/cluster")
     c.wait("#shards")
     assert len(c.driver.find_elements(By.CSS_SELECTOR, "#shards tbody tr")) == 2
     assert "w-console" in c.find("#members").text
+    # The page shows what the API says, and the API has this job's attempt.
+    api = c.call("GET", "/api/v1/cluster/lateness", token=OPERATOR).json()
+    assert sum(m["count"] for m in api["cluster"]) >= 1 and api["missingShards"] == []
+    assert max(m["maxSeconds"] for m in api["cluster"]) >= max(attempt["latenessSeconds"], 0.0)
+    latest = api["cluster"][-1]
+    assert c.find("#lateness-count").text == str(latest["count"])
+    for name in ("p50", "p99"):
+        text = c.find(f"#lateness-{name}").text
+        assert text == seconds_text(latest[f"{name}Seconds"]), (name, text, latest)
+    chart = c.find("#lateness-chart")
+    points = chart.find_elements(By.CSS_SELECTOR, "circle.p99")
+    assert len(points) == len(api["cluster"]) and chart.find_elements(By.CSS_SELECTOR, "polyline.p50")
+    minutes = c.driver.find_elements(By.CSS_SELECTOR, "#lateness tbody tr")
+    counts = [int(m.find_elements(By.TAG_NAME, "td")[1].get_attribute("textContent") or "0") for m in minutes]
+    assert counts == [m["count"] for m in reversed(api["cluster"])]
+    shard_cells = [e.text for e in c.driver.find_elements(By.CSS_SELECTOR, "#shards .shard-lateness")]
+    assert any(" / " in text for text in shard_cells), shard_cells
     c.shot("10-cluster")
     c.open("/docs")
     try:

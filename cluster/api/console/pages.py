@@ -46,7 +46,7 @@ from cluster.api.problems import kind_of
 from cluster.api.schemas import PatchJobIn
 from cluster.errors import Forbidden, InvalidRequest, Unauthorized, VakitError
 
-__all__ = ["STATIC_DIR", "docs_page", "router"]
+__all__ = ["STATIC_DIR", "docs_page", "router", "seconds_text"]
 
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
@@ -72,7 +72,9 @@ _HEADERS = {
 
 
 def _iso(value: datetime | None) -> str:
-    return "" if value is None else value.isoformat().replace("+00:00", "Z")
+    """The UTC instant, as the API writes it (a database session in another
+    zone hands back its own offset)."""
+    return "" if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _in_zone(value: datetime | None, zone: str) -> str:
@@ -551,7 +553,7 @@ def _chart(series: list[LatenessMinuteOut], last: datetime, width: int, height: 
     }  # fmt: skip
 
 
-def _seconds(value: float | None) -> str:
+def seconds_text(value: float | None) -> str:
     """A lateness for people: milliseconds below a second, else seconds."""
     if value is None:
         return "—"
@@ -560,7 +562,7 @@ def _seconds(value: float | None) -> str:
     return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
 
 
-_env.filters["seconds"] = _seconds
+_env.filters["seconds"] = seconds_text
 
 
 # -- /docs without internet ------------------------------------------------------------
