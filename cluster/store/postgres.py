@@ -70,6 +70,9 @@ _AGAIN_PAUSES = (0.0, 0.2, 0.5, 1.0, 2.0)
 # The search's open bounds: every UUID is below the first, every time inside the others.
 _ABOVE_ALL_IDS = uuid.UUID(int=(1 << 128) - 1)
 _NO_BOUND = (datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC))
+# How much earlier than its runAt a job that ran may have finished by the
+# database's clock: a worker whose clock is ahead fires early. Generous.
+_RAN_MARGIN = timedelta(hours=1)
 
 log = logging.getLogger(__name__)
 
@@ -352,6 +355,12 @@ class PgStore(PgShards):
             "finished_to": params.finished_to or _NO_BOUND[1],
             "limit": params.limit,
         }
+        # A job that ran finished after its runAt: a runAt bound also
+        # bounds the finish of every status but CANCELLED, and so prunes
+        # the history's day partitions (search_jobs).
+        args["ran_from"] = args["finished_from"]
+        if params.run_at_from is not None and params.run_at_from > _NO_BOUND[0] + _RAN_MARGIN:
+            args["ran_from"] = max(args["finished_from"], params.run_at_from - _RAN_MARGIN)
         started = time.perf_counter()
         try:
             async with (
@@ -375,6 +384,8 @@ class PgStore(PgShards):
                 else:
                     for status in params.statuses:
                         each = {**args, "status": status.value}
+                        if status is not JobStatus.CANCELLED:
+                            each["finished_from"] = args["ran_from"]
                         await cur.execute(QUERIES["search_jobs_in_status"], each, prepare=True)
                         rows += await cur.fetchall()
                     rows.sort(key=lambda r: r["id"], reverse=True)

@@ -96,6 +96,26 @@ async def test_search_filters(h: Harness) -> None:
     assert await search(h, finished_to=h.now() - timedelta(minutes=1)) == []
 
 
+async def test_search_by_run_at_finds_jobs_finished_long_after_and_cancelled_long_before(
+    h: Harness,
+) -> None:
+    # The store bounds the history's finish by a runAt bound (all but
+    # CANCELLED rows): a job that ran late, and one cancelled days before
+    # its runAt, are still found by their runAt.
+    ran = await create(h, run_at=h.now() - timedelta(hours=5))
+    await fail_for_good(h, ran.id)
+    cancelled = await create(h, run_at=h.now() + timedelta(days=3), far=True)
+    await h.store.cancel_job(SHARD, CancelParams(cancelled.id, OWNER, now=h.now()))
+    found = await search(h, run_at_from=h.now() - timedelta(hours=6))
+    assert {j.id for j in found} == {ran.id, cancelled.id}
+    assert [j.id for j in await search(h, run_at_from=h.now() - timedelta(hours=4))] == [cancelled.id]
+    later = await search(h, run_at_from=h.now() + timedelta(days=2), statuses=(JobStatus.CANCELLED,))
+    assert [j.id for j in later] == [cancelled.id]
+    assert [j.id for j in await search(h, run_at_from=h.now() + timedelta(days=2))] == [cancelled.id]
+    failed = await search(h, run_at_from=h.now() - timedelta(hours=6), statuses=(JobStatus.FAILED,))
+    assert [j.id for j in failed] == [ran.id]
+
+
 async def test_search_by_cron_and_with_attempts(h: Harness) -> None:
     cron_id = uuid.uuid4()
     mine = await create(h, cron_id=cron_id)
