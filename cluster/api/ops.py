@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Query
@@ -64,7 +65,7 @@ async def cluster_lateness(
     from the attempt logs of every shard: per shard, and the worst shard's.
     Operator tokens only."""
     shards: list[ShardLatenessOut] = []
-    merged: dict[Any, list[LatenessMinute]] = {}
+    merged: dict[datetime, list[LatenessMinute]] = {}
     for shard in range(ctx.store.shard_count):
         try:
             series = await ctx.store.start_lateness(shard, LatenessParams(minutes=minutes))
