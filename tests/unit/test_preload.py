@@ -315,3 +315,30 @@ async def test_a_held_and_started_job_costs_less_than_job_bytes() -> None:
     assert w.inflight_count == n  # outcomes still queued: the peak, not after it
 
 
+
+
+async def test_a_backlog_grows_the_regular_claims_and_a_short_claim_shrinks_them() -> None:
+    clock = FakeClock(T0)
+    store = MemStore(1, clock)
+    await add_jobs(store, T0, 3_000)  # due now: more than one claim takes
+    w = worker(store, clock)
+    try:
+        # Each full claim doubles the next, up to a preloading claim's size.
+        assert [await w.run_once(0) for _ in range(5)] == [100, 200, 400, 800, 1_000]
+        # 500 were left: a short claim, and the next is claim_batch again.
+        assert await w.run_once(0) == 500
+        await add_jobs(store, T0, 1_000)
+        assert await w.run_once(0) == 100
+    finally:
+        await w.stop(grace=0)
+
+
+async def test_a_claim_batch_set_by_the_operator_is_kept_under_a_backlog() -> None:
+    clock = FakeClock(T0)
+    store = MemStore(1, clock)
+    await add_jobs(store, T0, 1_000)
+    w = worker(store, clock, claim_batch=100)
+    try:
+        assert [await w.run_once(0) for _ in range(4)] == [100, 100, 100, 100]
+    finally:
+        await w.stop(grace=0)
