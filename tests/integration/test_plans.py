@@ -18,7 +18,7 @@ import pytest
 
 import shardmap
 from cluster.cron.plan import cron_slot
-from cluster.model import ClaimParams, CronRecord
+from cluster.model import ClaimParams, CronRecord, JobSearchParams, JobStatus
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
 from cluster.store.sql import QUERIES
@@ -136,3 +136,43 @@ def explain(conn: psycopg.Connection, name: str, args: dict[str, Any]) -> dict[s
     assert row is not None
     plan: dict[str, Any] = row[0][0]["Plan"] if isinstance(row[0], list) else json.loads(row[0])[0]["Plan"]
     return plan
+
+
+async def test_search_reads_scheduled_jobs_from_the_owner_index_and_running_ones_too(
+    store: PgStore, shard_dsns: list[str]
+) -> None:
+    # The hot table's owner index holds SCHEDULED rows only (a claim adds
+    # no entry to it): a tenant with a few jobs among another's thousands
+    # still gets its page from it, RUNNING jobs included.
+    later = datetime.now(UTC) + timedelta(hours=1)
+    for _ in range(3000):
+        await store.create_job(0, job_params("http://x.test/", run_at=later, owner="big"))
+    mine = [job_params("http://x.test/", owner="small") for _ in range(6)]
+    for p in mine:
+        await store.create_job(0, p)
+    claimed = await store.claim_jobs(0, ClaimParams("w", 3, 60, 0))
+    assert len(claimed) == 3
+    with psycopg.connect(shard_dsns[0], autocommit=True) as conn:
+        conn.execute("ANALYZE jobs")
+    page = await store.search_jobs(0, JobSearchParams(owner="small", limit=10))
+    assert [j.id for j in page] == sorted((p.id for p in mine), reverse=True)
+    assert sorted(j.status.value for j in page) == ["RUNNING"] * 3 + ["SCHEDULED"] * 3
+    for status in (JobStatus.RUNNING, JobStatus.SCHEDULED):
+        got = await store.search_jobs(0, JobSearchParams(owner="small", statuses=(status,), limit=10))
+        assert len(got) == 3 and {j.status for j in got} == {status}
+    args = {
+        "owner": "small", "before": uuid.UUID(int=(1 << 128) - 1), "type": None, "cron_id": None,
+        "run_from": datetime(1970, 1, 1, tzinfo=UTC), "run_to": datetime(9999, 1, 1, tzinfo=UTC),
+        "finished": None, "finished_from": datetime(1970, 1, 1, tzinfo=UTC),
+        "ran_from": datetime(1970, 1, 1, tzinfo=UTC), "finished_to": datetime(9999, 1, 1, tzinfo=UTC),
+        "limit": 10,
+    }  # fmt: skip
+    with psycopg.connect(shard_dsns[0]) as conn:
+        plan = explain(conn, "search_jobs", args)
+    on_jobs = {n.get("Index Name") for _, n in plan_nodes(plan) if n.get("Relation Name") == "jobs"}
+    assert "jobs_owner_idx" in on_jobs, on_jobs
+    with psycopg.connect(shard_dsns[0]) as conn:
+        (indexdef,) = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'jobs_owner_idx'"
+        ).fetchone() or ("",)
+    assert "WHERE ((status)::text = 'SCHEDULED'" in indexdef, indexdef

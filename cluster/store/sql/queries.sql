@@ -921,7 +921,9 @@ RETURNING shard_uuid;
 -- creation order, which a job keeps while it moves between tables), below
 -- the cursor. One statement, one snapshot: a job is in exactly one table.
 -- Each table gives at most a page from its (owner, id) index, then the
--- three are merged. An absent filter is NULL. The store runs it with a
+-- three are merged. The hot table's index holds SCHEDULED rows only
+-- (a claim would add an entry to it per job): its RUNNING rows, the jobs
+-- in flight, are a branch of their own. An absent filter is NULL. The store runs it with a
 -- generic plan (search_plan): planning it for each call, over every day
 -- partition of the history, cost 40 times what running it did.
 -- The history's days are partitions by finished_at, which a runAt bound
@@ -949,6 +951,20 @@ SELECT * FROM (
             created_at, NULL, paused_at, pause_reason
        FROM jobs
       WHERE owner_service = %(owner)s AND id < %(before)s
+        AND status = 'SCHEDULED'
+        AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
+        AND run_at >= %(run_from)s AND run_at < %(run_to)s
+        AND %(finished)s::bool IS NULL
+      ORDER BY id DESC
+      LIMIT %(limit)s)
+    UNION ALL
+    (SELECT 'near', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
+            created_at, NULL, paused_at, pause_reason
+       FROM jobs
+      WHERE owner_service = %(owner)s AND id < %(before)s
+        AND status = 'RUNNING'
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
         AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
@@ -989,7 +1005,10 @@ LIMIT %(limit)s;
 -- search_jobs for one status: an equality the (owner, status, id) index
 -- serves in id order, so a page of dead letters reads a page of index
 -- entries however much else the owner has. Several statuses are one run
--- each, merged by the store.
+-- each, merged by the store. The hot table's owner index holds SCHEDULED
+-- rows only (migration 0013): its statuses are written out, each branch
+-- kept or dropped by the parameter, so that a generic plan still matches
+-- the partial index.
 SELECT * FROM (
     (SELECT 'far' AS place, id, owner_service, idempotency_key, type, cron_id, scheduled_for,
             run_at, status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
@@ -1009,7 +1028,20 @@ SELECT * FROM (
             created_at, NULL, paused_at, pause_reason
        FROM jobs
       WHERE owner_service = %(owner)s AND id < %(before)s
-        AND status = %(status)s::text
+        AND status = 'SCHEDULED' AND %(status)s::text = 'SCHEDULED'
+        AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
+        AND run_at >= %(run_from)s AND run_at < %(run_to)s
+        AND %(finished)s::bool IS NULL
+      ORDER BY id DESC
+      LIMIT %(limit)s)
+    UNION ALL
+    (SELECT 'near', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
+            created_at, NULL, paused_at, pause_reason
+       FROM jobs
+      WHERE owner_service = %(owner)s AND id < %(before)s
+        AND status = 'RUNNING' AND %(status)s::text = 'RUNNING'
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
         AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
