@@ -143,9 +143,9 @@ def worker(config: str | None) -> None:
     _need_shards(settings)
     _observability(settings, "worker")
     _check_layout(settings)
-    from cluster.service import run_worker
+    from cluster.service import run_loop, run_worker
 
-    asyncio.run(run_worker(settings))
+    run_loop(run_worker(settings))
 
 
 @main.command()
