@@ -21,7 +21,7 @@ from psycopg import sql
 from psycopg.rows import dict_row, scalar_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from cluster.errors import Conflict, IdempotencyKeyReused, NotFound, ShardUnavailable
+from cluster.errors import Conflict, IdempotencyKeyReused, NotFound, ShardUnavailable, VakitError
 from cluster.model import (
     AttemptRecord,
     BacklogParams,
@@ -58,6 +58,7 @@ from cluster.model import (
     WorkersSeenParams,
 )
 from cluster.model.jsontext import json_text
+from cluster.store.coalesce import Coalescer
 from cluster.store.pgshards import PgShards, wrap_exceptions
 from cluster.store.sql import QUERIES
 
@@ -67,6 +68,11 @@ BACKLOG_CAP = 1_000_000
 # Between the tries of a create whose first try's link failed after it was
 # sent; bounded by the shard's request timeout.
 _AGAIN_PAUSES = (0.0, 0.2, 0.5, 1.0, 2.0)
+# Keyless single creates written at once per shard, and the most in one
+# statement (cluster/store/coalesce.py). Two: while one statement waits for
+# its commit, the next one takes what arrived meanwhile.
+_CREATES_IN_FLIGHT = 2
+_CREATES_TOGETHER = 200
 # The search's open bounds: every UUID is below the first, every time inside the others.
 _ABOVE_ALL_IDS = uuid.UUID(int=(1 << 128) - 1)
 _NO_BOUND = (datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC))
@@ -115,10 +121,58 @@ def _claimed_row(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
 class PgStore(PgShards):
     """The :class:`~cluster.store.base.Store` contract on PostgreSQL shards."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Single creates without a key that arrive while others are being
+        # written go together, as one statement (cluster/store/coalesce.py).
+        self._creates: Coalescer[CreateJobParams, CreateResult] = Coalescer(
+            self._create_keyless, in_flight=_CREATES_IN_FLIGHT, most=_CREATES_TOGETHER
+        )
+
     # -- API side ---------------------------------------------------------
 
     @wrap_exceptions
     async def create_job(self, shard: int, params: CreateJobParams) -> CreateResult:
+        if params.idempotency_key is None:
+            return await self._creates.submit(shard, params)
+        return await self._create_single(shard, params)
+
+    async def _create_keyless(
+        self, shard: int, jobs: list[CreateJobParams]
+    ) -> Sequence[CreateResult | BaseException]:
+        """Keyless creates that arrived together: one statement, each job its
+        own outcome. Alone, a create is the single statement it always was."""
+        if len(jobs) == 1:
+            try:
+                return [await self._create_single(shard, jobs[0])]
+            except VakitError as exc:
+                return [exc]
+        sessions: list[int] = []
+        started = time.perf_counter()
+        try:
+            async with self.connection(shard) as conn:
+                sessions.append(conn.pgconn.backend_pid)
+                await conn.execute(QUERIES["insert_jobs_batch"], _batch_args(jobs))
+        except ShardUnavailable as exc:
+            if not exc.maybe_written:
+                return [exc] * len(jobs)  # nothing reached the shard: another may take them
+            # Sent, and maybe committed: each job settles on this shard as a
+            # single create whose link failed would (by its id).
+            return await asyncio.gather(
+                *(self._create_again(shard, p, _job_row(p), list(sessions), exc) for p in jobs),
+                return_exceptions=True,
+            )
+        except VakitError:
+            # The shard refused the statement (no valid create should make it
+            # do so): each job on its own, so only the one at fault fails.
+            return await asyncio.gather(
+                *(self._create_single(shard, p) for p in jobs), return_exceptions=True
+            )
+        finally:
+            self._observe(shard, "insert_jobs_batch", time.perf_counter() - started)
+        return [CreateResult(_record_from_params(p), created=True) for p in jobs]
+
+    async def _create_single(self, shard: int, params: CreateJobParams) -> CreateResult:
         row = _job_row(params)
         sessions: list[int] = []
         try:

@@ -15,6 +15,7 @@ Recovery times are printed, never asserted.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -268,3 +269,37 @@ def test_a_create_whose_commit_answer_is_lost_is_exactly_one_job(
             "\nambiguous commits: each create answered in "
             f"{', '.join(f'{a:.2f}' for a in answers)} s after its lost answer"
         )
+
+
+def test_creates_sent_together_whose_answer_is_lost_are_each_exactly_one_job(
+    shard_dsns: list[str], links: list[TcpProxy], tmp_path: Path, sink: FaultSink
+) -> None:
+    # Keyless single creates that arrive while others are being written go
+    # to their shard as one statement (cluster/store/coalesce.py). That
+    # statement commits and its answer is lost: each create is settled on
+    # its own, by its id, and answered once; no job is made twice.
+    proxied = [through(d, p) for d, p in zip(shard_dsns, links, strict=True)]
+    with running_processes(proxied, tmp_path) as procs:
+        procs.settings.update(LINK_SETTINGS)
+        api = procs.api()
+        api.wait_ready()
+        lose_answers(links, b"jsonb_to_recordset")  # the batch statement only
+        run_at = datetime.now(UTC) + timedelta(hours=1)
+
+        async def burst() -> list[httpx.Response]:
+            async with httpx.AsyncClient(
+                base_url=api.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+            ) as client:
+                return await asyncio.gather(
+                    *(client.post("/api/v1/jobs", json=api_body(sink.url, run_at, {"n": i}))
+                      for i in range(60))
+                )  # fmt: skip
+
+        answers = asyncio.run(burst())
+        lose_answers(links, None)
+        assert [r.status_code for r in answers] == [201] * 60, [r.text for r in answers if r.status_code != 201]
+        # The fault happened: a statement of creates sent together lost its answer.
+        assert sum(p.dropped_replies for p in links) >= 1
+        made = sorted(r.json()["jobId"] for r in answers)
+        assert len(set(made)) == 60
+        assert every_job_id(shard_dsns) == made

@@ -30,6 +30,7 @@ from cluster.model import (
     ClaimParams,
     CreateJobParams,
     CreateJobsParams,
+    CreateResult,
     FinishParams,
     GetJobParams,
     JobResult,
@@ -122,6 +123,26 @@ async def test_a_statement_error_is_a_store_error_with_shard_and_sqlstate(store:
         async with store.connection(0) as conn:
             await conn.execute("SELECT * FROM no_such_table")
     assert caught.value.sqlstate == "42P01"
+
+
+async def test_creates_that_arrive_together_are_one_statement_and_each_its_own_outcome(
+    store: PgStore,
+) -> None:
+    # Keyless creates sent at once go to the shard together (one statement);
+    # the one the shard refuses fails alone, the others are made.
+    jobs = [job_params(URL, payload={"n": i}) for i in range(30)]
+    jobs[17] = job_params(URL, max_attempts=0)  # its CHECK refuses it
+    batches = sample("vakit_store_query_seconds_count", shard="0", query="insert_jobs_batch")
+    outcomes = await asyncio.gather(*(store.create_job(0, p) for p in jobs), return_exceptions=True)
+    assert isinstance(outcomes[17], StoreError) and outcomes[17].sqlstate == "23514"
+    made = [o for i, o in enumerate(outcomes) if i != 17]
+    assert all(isinstance(o, CreateResult) and o.created for o in made), made
+    for p in jobs[:17] + jobs[18:]:
+        found = await store.get_job(0, GetJobParams(p.id, p.owner))
+        assert found is not None and found.payload == p.payload
+    assert await store.get_job(0, GetJobParams(jobs[17].id, jobs[17].owner)) is None
+    # They did go together.
+    assert sample("vakit_store_query_seconds_count", shard="0", query="insert_jobs_batch") > batches
 
 
 async def test_translate_errors_leaves_other_errors_alone() -> None:
