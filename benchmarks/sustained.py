@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import aiohttp
+import orjson
+import uvloop
 
 from benchmarks.apiload import JOBS, batch_supported
 from benchmarks.harness import BenchCluster, ClusterSpec, ProcessSampler, bench_main, new_run
+from benchmarks.leanhttp import HttpError, LeanClient
 from benchmarks.options import add_cluster_options, cluster_spec, run_settings, settings_in_effect
 from benchmarks.outcomes import collect, figures, server_info
 from benchmarks.report import headline, machine_info, plot_timeline, write_report
@@ -90,32 +92,28 @@ async def generate_load(
     gate = asyncio.Semaphore(concurrency)
     loop = asyncio.get_running_loop()
     headers = {"Authorization": f"Bearer {token}"}
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    timeout = aiohttp.ClientTimeout(total=30)
+    # The lean client (benchmarks/leanhttp.py): the load generator's own CPU
+    # is taken from the machine the API runs on.
+    clients = [LeanClient(url, headers, connections=concurrency) for url in urls]
 
-    async def one(session: aiohttp.ClientSession, url: str, due: float, count: int) -> None:
+    async def one(client: LeanClient, due: float, count: int) -> None:
         async with gate:
             sent = loop.time()
             statuses: list[str] = []
             try:
                 if batch is None:
-                    async with session.post(
-                        f"{url}/api/v1/jobs", json=body_for(), headers=headers
-                    ) as r:
-                        await r.read()
-                        statuses.append(str(r.status))
+                    r = await client.post("/api/v1/jobs", orjson.dumps(body_for()))
+                    statuses.append(str(r.status))
                 else:
-                    body = {"jobs": [body_for() for _ in range(count)]}
-                    async with session.post(
-                        f"{url}/api/v1/jobs:batch", json=body, headers=headers
-                    ) as r:
-                        answer = await r.json(content_type=None)
-                        if r.status == 200:
-                            statuses += [str(i["status"]) for i in answer["results"]]
-                            statuses += ["no result"] * (count - len(answer["results"]))
-                        else:
-                            statuses += [str(r.status)] * count
-            except (aiohttp.ClientError, TimeoutError) as exc:
+                    body = orjson.dumps({"jobs": [body_for() for _ in range(count)]})
+                    r = await client.post("/api/v1/jobs:batch", body)
+                    if r.status == 200:
+                        answer = orjson.loads(r.body)
+                        statuses += [str(i["status"]) for i in answer["results"]]
+                        statuses += ["no result"] * (count - len(answer["results"]))
+                    else:
+                        statuses += [str(r.status)] * count
+            except (OSError, HttpError, TimeoutError) as exc:
                 statuses += [type(exc).__name__] * (count - len(statuses))
             done = loop.time()
         result.statuses.update(statuses)
@@ -123,9 +121,9 @@ async def generate_load(
         result.latency.append(done - due)
         result.service.append(done - sent)
 
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        if batch is not None and not await batch_supported(urls[0], token, JOBS):
-            raise RuntimeError("--batch: the API has no POST /api/v1/jobs:batch")
+    if batch is not None and not await batch_supported(urls[0], token, JOBS):
+        raise RuntimeError("--batch: the API has no POST /api/v1/jobs:batch")
+    try:
         start = loop.time()
         tasks = []
         for i, first in enumerate(range(0, total, per_request)):
@@ -134,11 +132,14 @@ async def generate_load(
             delay = due - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(session, urls[i % len(urls)], due, count)))
+            tasks.append(asyncio.create_task(one(clients[i % len(clients)], due, count)))
             result.requested += count
             result.requests += 1
         await asyncio.gather(*tasks)
         result.seconds = loop.time() - start
+    finally:
+        for client in clients:
+            await client.close()
     return result
 
 
@@ -168,7 +169,7 @@ def run(opts: SustainedOptions) -> dict[str, Any]:
         with ProcessSampler(cluster) as sampler:
             cluster.reset_statement_stats()
             sampler.begin()
-            load = asyncio.run(
+            load = uvloop.run(
                 generate_load(
                     urls,
                     token,
