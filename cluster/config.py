@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -50,6 +50,18 @@ def _split_list(value: Any) -> Any:
             return json.loads(text)
         return [part for part in text.replace(",", " ").split() if part]
     return value
+
+
+
+# Settings whose items hold secrets (a token, a signing key): an error names
+# the item by its place, never by its text, which would reach logs.
+_SECRET_FIELDS = frozenset({"api_tokens", "operator_tokens", "signing_secrets"})
+
+
+def _shown(item: str, n: int, field: str | None) -> str:
+    if field in _SECRET_FIELDS:
+        return f"item {n} ({len(item)} characters, not shown: it holds a secret)"
+    return repr(item)
 
 
 class Settings(BaseSettings):
@@ -285,7 +297,7 @@ class Settings(BaseSettings):
 
     @field_validator("target_grants", "signing_secrets", mode="before")
     @classmethod
-    def _owner_lists(cls, value: Any) -> Any:
+    def _owner_lists(cls, value: Any, info: ValidationInfo) -> Any:
         """``owner=a|b,owner2=c``, a JSON object, or a TOML table whose
         values are lists (or ``a|b`` strings)."""
         if isinstance(value, str):
@@ -294,10 +306,12 @@ class Settings(BaseSettings):
                 value = json.loads(text)
             else:
                 pairs: dict[str, Any] = {}
-                for item in _split_list(text):
+                for n, item in enumerate(_split_list(text), 1):
                     key, sep, val = item.partition("=")
                     if not sep or not key or not val:
-                        raise ValueError(f"expected owner=value|value, got {item!r}")
+                        raise ValueError(
+                            f"expected owner=value|value, got {_shown(item, n, info.field_name)}"
+                        )
                     pairs[key.strip()] = val.strip()
                 value = pairs
         if isinstance(value, dict):
@@ -326,13 +340,13 @@ class Settings(BaseSettings):
 
     @field_validator("api_tokens", "operator_tokens", "target_limits", mode="before")
     @classmethod
-    def _pairs(cls, value: Any) -> Any:
+    def _pairs(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str):
             pairs: dict[str, str] = {}
-            for item in _split_list(value):
+            for n, item in enumerate(_split_list(value), 1):
                 key, sep, val = item.partition("=")
                 if not sep or not key or not val:
-                    raise ValueError(f"expected name=value, got {item!r}")
+                    raise ValueError(f"expected name=value, got {_shown(item, n, info.field_name)}")
                 pairs[key.strip()] = val.strip()
             return pairs
         return value

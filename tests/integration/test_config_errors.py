@@ -130,3 +130,22 @@ def test_a_new_cluster_is_registered_by_its_first_process(pg_servers: list[PgSer
         assert check_layout(dsns) == places  # a second start only reads
     finally:
         drop_databases(dsns)
+
+
+@pytest.mark.parametrize(
+    ("setting", "secret"),
+    [
+        ("VAKIT_API_TOKENS", "tok-7f3a9c1e5b2d8f40"),  # a token with no owner
+        ("VAKIT_OPERATOR_TOKENS", "=op-tok-0a1b2c3d4e5f"),  # an owner left out
+        ("VAKIT_SIGNING_SECRETS", "svc-a"),  # only the owner: the item is still not shown
+        ("VAKIT_SIGNING_SECRETS", "=whsec_c2VjcmV0LWtleS1ieXRlcy0xMjM0NTY="),
+    ],
+)
+def test_a_malformed_secret_setting_names_its_item_and_never_prints_it(
+    setting: str, secret: str
+) -> None:
+    # The error line reaches logs and terminals: it says which item is wrong,
+    # not what the token or key is.
+    line = one_line_error(vakit("worker", shards=UNREACHABLE, **{setting: f"ok=fine-value-1234567,{secret}"}))
+    assert setting in line and "item 2" in line, line
+    assert secret.strip("=") not in line, line
