@@ -171,13 +171,23 @@ def settings_in_effect(env: dict[str, str]) -> dict[str, Any]:
     return settings.model_dump(include=set(WORKER_SETTING_NAMES))
 
 
+# Settings that hold secrets: a report and a printed figure say they were set.
+_SECRET_SETTINGS = frozenset({"VAKIT_SIGNING_SECRETS", "VAKIT_API_TOKENS", "VAKIT_OPERATOR_TOKENS"})
+
+
+def shown_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` as a report shows it: secrets replaced by ``(set)``."""
+    return {k: "(set)" if k in _SECRET_SETTINGS else v for k, v in env.items()}
+
+
 def knobs_label(spec: ClusterSpec) -> str:
     """The worker settings a run set itself, for every printed figure:
     ``defaults`` or ``claim_batch=500,max_inflight=60000,prefetch_seconds=10``."""
     if not spec.worker_env:
         return "defaults"
     return ",".join(
-        f"{k.removeprefix('VAKIT_').lower()}={v}" for k, v in sorted(spec.worker_env.items())
+        f"{k.removeprefix('VAKIT_').lower()}={v}"
+        for k, v in sorted(shown_env(spec.worker_env).items())
     )
 
 
@@ -221,7 +231,7 @@ def run_settings(
         **durability(postgresql),
         "knobs": knobs_label(spec),
         "worker": worker_settings,
-        "worker_env": spec.worker_env,
+        "worker_env": shown_env(spec.worker_env),
         "shards_given": bool(spec.dsns),
         "postgresql": postgresql,
         "pg_settings": spec.pg_settings,

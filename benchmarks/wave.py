@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import json
 import logging
 import secrets
 import sys
@@ -80,6 +82,10 @@ class WaveOptions:
     target: str = "noop"
     lead: float | None = None  # seconds from now to T; None: auto_lead()
     payload_bytes: int = 0
+    # Sign every firing (webhook-* headers) with a secret per owner, as a
+    # deployment that sets VAKIT_SIGNING_SECRETS does: its cost is in the
+    # workers' CPU.
+    sign: bool = False
     ceiling: tuple[str, ...] = ("naive",)
     ceiling_rows: int | None = None  # None: min(jobs, 200k)
     ceiling_batch: int | None = None  # None: the claim batch the workers use
@@ -122,6 +128,10 @@ def run(opts: WaveOptions) -> dict[str, Any]:
     # The API doors spread the wave over several owners, as many teams'
     # services would; COPY writes one owner's rows.
     owners = [owner] if opts.source == "copy" else [f"{owner}-{k}" for k in range(opts.owners)]
+    if opts.sign:
+        spec.worker_env["VAKIT_SIGNING_SECRETS"] = json.dumps(
+            {o: ["whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()] for o in owners}
+        )
     with BenchCluster(spec) as cluster:
         dsns, target = cluster.start_scheduler(opts.target)
         worker_settings = settings_in_effect(cluster.base_env())
@@ -220,6 +230,7 @@ def run(opts: WaveOptions) -> dict[str, Any]:
             "workers": spec.workers,
             "target": opts.target,
             "payload_bytes": opts.payload_bytes,
+            "signed": opts.sign,
             "lead_seconds": made.lead,
             "due_at": t_due.isoformat(),
             "owners": len(owners),
@@ -458,6 +469,11 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
     )
     parser.add_argument("--payload-bytes", type=int, default=0, help="pad each payload")
     parser.add_argument(
+        "--sign",
+        action="store_true",
+        help="sign every firing with a secret per owner (VAKIT_SIGNING_SECRETS); use with --target http",
+    )
+    parser.add_argument(
         "--ceiling",
         choices=(*MODES, "both", "none"),
         default="naive",
@@ -474,6 +490,7 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
         target=args.target,
         lead=args.lead,
         payload_bytes=args.payload_bytes,
+        sign=args.sign,
         ceiling=tuple(ceiling),
         ceiling_rows=args.ceiling_rows,
         drain_timeout=args.drain_timeout,
