@@ -17,7 +17,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -52,6 +52,8 @@ from cluster.store.base import CronStore, Store
 __all__ = ["ApiContext", "create_app"]
 
 log = logging.getLogger(__name__)
+# How long a starting API waits for the first per-owner count (quotas.py).
+_FIRST_COUNT_SECONDS = 2.0
 # Request ids of this process when the caller sends none: short, unique, cheap.
 _PROCESS_TAG = secrets.token_hex(3)
 _REQUEST_IDS = itertools.count(1)
@@ -89,7 +91,13 @@ def create_app(
         connecting = asyncio.create_task(_connect_view(ctx)) if view_factory else None
         metrics_server = _serve_metrics(settings, ctx)
         lag = asyncio.create_task(watch_event_loop())
-        counting = asyncio.create_task(ctx.limits.run(store, crons))
+        # The per-owner quotas count from the shards before the first request:
+        # a process that has just started must not admit an owner's creates as
+        # if it had none. Bounded: a shard that does not answer leaves the
+        # count to the background loop.
+        with suppress(TimeoutError):
+            await asyncio.wait_for(ctx.limits.refresh(store, crons), _FIRST_COUNT_SECONDS)
+        counting = asyncio.create_task(ctx.limits.run(store, crons, counted=True))
         try:
             yield
         finally:

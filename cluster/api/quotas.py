@@ -239,16 +239,22 @@ class OwnerLimits:
                 counted.failed()
                 log.warning("per-owner quota: counting failed, the last count stands: %s", exc)
                 continue
+            except asyncio.CancelledError:
+                counted.failed()
+                raise
             total: dict[str, int] = {}
             for counts in per_shard:
                 for owner, n in counts.items():
                     total[owner] = total.get(owner, 0) + n
             counted.landed(total)
 
-    async def run(self, store: Store, crons: CronStore) -> None:
-        """Refresh the counts for as long as the API runs."""
+    async def run(self, store: Store, crons: CronStore, *, counted: bool = False) -> None:
+        """Refresh the counts for as long as the API runs; ``counted``: a
+        count has just landed, so the first one waits its turn."""
         if not (self.max_pending or self.max_crons):
             return
+        if counted:
+            await asyncio.sleep(self.refresh_seconds)
         while True:
             started = self.monotonic()
             try:

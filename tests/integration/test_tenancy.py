@@ -160,6 +160,21 @@ async def test_pending_jobs_quota_counts_the_shards(shard_dsns: list[str]) -> No
             assert [x["status"] for x in made.json()["results"]] == [201, 201]
 
 
+async def test_a_starting_api_counts_the_owners_jobs_before_its_first_create(
+    shard_dsns: list[str],
+) -> None:
+    # A new API process must not admit an owner's creates as if it had none:
+    # its first count lands before it serves (a count that ran alongside the
+    # first creates also counted them twice, and refused a create in quota).
+    settings = settings_for(shard_dsns, owner_create_rate=0, owner_max_pending_jobs=4)
+    async for api in client_for(settings):
+        made = await api.post("/api/v1/jobs:batch", json={"jobs": [body() for _ in range(3)]}, headers=A)
+        assert [x["status"] for x in made.json()["results"]] == [201] * 3
+    async for api in client_for(settings):  # another process, no count asked for
+        assert (await api.post("/api/v1/jobs", json=body(), headers=A)).status_code == 201
+        limited(await api.post("/api/v1/jobs", json=body(), headers=A), "owner_max_pending_jobs")
+
+
 async def test_cron_quota_and_manual_triggers(shard_dsns: list[str]) -> None:
     settings = settings_for(shard_dsns, owner_create_rate=0, owner_max_crons=2)
     async for api in client_for(settings):
