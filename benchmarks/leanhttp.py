@@ -41,8 +41,6 @@ class Response:
 class _Parsing:
     status: int = 0
     chunks: list[bytes] = field(default_factory=list)
-    complete: bool = False
-    keep_alive: bool = True
 
 
 class _Connection(asyncio.Protocol):
