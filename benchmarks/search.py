@@ -23,7 +23,6 @@ import shutil
 import statistics
 import tempfile
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from cluster.local.pgserver import PgServer
 from cluster.model import JobSearchParams, JobStatus, MaintainHistoryParams
 from cluster.service import api_app
 from cluster.store.migrate import migrate_shard
-from cluster.store.postgres import PgStore
+from cluster.store.postgres import PgStore, search_statements
 from cluster.store.sql import QUERIES
 
 OWNER, OTHER = "tenant-a", "tenant-b"
@@ -147,17 +146,11 @@ async def measure_store(dsn: str, repeat: int, limit: int) -> None:
         _report("store.search_jobs status=FAILED", samples)
     finally:
         await store.close()
-    args = {
-        "owner": OWNER, "before": uuid.UUID(int=(1 << 128) - 1), "status": "FAILED",
-        "type": None, "cron_id": None,
-        "run_from": datetime(1, 1, 1, tzinfo=UTC), "run_to": datetime(9999, 1, 1, tzinfo=UTC),
-        "finished": None, "finished_from": datetime(1, 1, 1, tzinfo=UTC),
-        "finished_to": datetime(9999, 1, 1, tzinfo=UTC), "limit": limit,
-    }  # fmt: skip
+    # The statement the store ran above, with its arguments: built by the
+    # store's own function, so this EXPLAIN cannot drift from the search.
+    [(name, args)] = search_statements(params)
     with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            query("explain_search") + sql.SQL(QUERIES["search_jobs"]), args
-        ).fetchone()
+        row = conn.execute(query("explain_search") + sql.SQL(QUERIES[name]), args).fetchone()
     assert row is not None
     plan = row[0][0]
     # EXPLAIN plans the statement for these values (a custom plan); the
@@ -176,7 +169,7 @@ def _report(label: str, ms: list[float]) -> None:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -185,7 +178,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--limit", type=int, default=50)
     parser.add_argument("--no-durable", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="vakit-search-bench-"))
     base.chmod(0o755)
     server = PgServer(base / "shard0", durable=not args.no_durable)

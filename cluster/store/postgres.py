@@ -62,7 +62,7 @@ from cluster.store.coalesce import Coalescer
 from cluster.store.pgshards import PgShards, wrap_exceptions
 from cluster.store.sql import QUERIES
 
-__all__ = ["BACKLOG_CAP", "PgStore"]
+__all__ = ["BACKLOG_CAP", "PgStore", "search_statements"]
 
 BACKLOG_CAP = 1_000_000
 # Between the tries of a create whose first try's link failed after it was
@@ -395,26 +395,7 @@ class PgStore(PgShards):
 
     @wrap_exceptions
     async def search_jobs(self, shard: int, params: JobSearchParams) -> list[JobRecord]:
-        finished = params.finished_from is not None or params.finished_to is not None
-        args: dict[str, Any] = {
-            "owner": params.owner,
-            "before": params.before or _ABOVE_ALL_IDS,
-            "type": params.type,
-            "cron_id": params.cron_id,
-            "run_from": params.run_at_from or _NO_BOUND[0],
-            "run_to": params.run_at_to or _NO_BOUND[1],
-            # Hot and far rows have not finished: any finished bound leaves them out.
-            "finished": False if finished else None,
-            "finished_from": params.finished_from or _NO_BOUND[0],
-            "finished_to": params.finished_to or _NO_BOUND[1],
-            "limit": params.limit,
-        }
-        # A job that ran finished after its runAt: a runAt bound also
-        # bounds the finish of every status but CANCELLED, and so prunes
-        # the history's day partitions (search_jobs).
-        args["ran_from"] = args["finished_from"]
-        if params.run_at_from is not None and params.run_at_from > _NO_BOUND[0] + _RAN_MARGIN:
-            args["ran_from"] = max(args["finished_from"], params.run_at_from - _RAN_MARGIN)
+        statements = search_statements(params)
         started = time.perf_counter()
         try:
             async with (
@@ -424,24 +405,10 @@ class PgStore(PgShards):
             ):
                 await cur.execute(QUERIES["search_plan"])
                 rows: list[dict[str, Any]] = []
-                if params.cron_id is not None:
-                    # A cron's rows come from the cron indexes, whatever the status.
-                    for status in params.statuses or (None,):
-                        each = {**args, "status": status.value if status else None}
-                        await cur.execute(QUERIES["search_jobs_of_cron"], each, prepare=True)
-                        rows += await cur.fetchall()
-                    rows.sort(key=lambda r: r["id"], reverse=True)
-                    del rows[params.limit :]
-                elif params.statuses is None:
-                    await cur.execute(QUERIES["search_jobs"], args, prepare=True)
-                    rows = await cur.fetchall()
-                else:
-                    for status in params.statuses:
-                        each = {**args, "status": status.value}
-                        if status is not JobStatus.CANCELLED:
-                            each["finished_from"] = args["ran_from"]
-                        await cur.execute(QUERIES["search_jobs_in_status"], each, prepare=True)
-                        rows += await cur.fetchall()
+                for name, args in statements:
+                    await cur.execute(QUERIES[name], args, prepare=True)
+                    rows += await cur.fetchall()
+                if len(statements) > 1:
                     rows.sort(key=lambda r: r["id"], reverse=True)
                     del rows[params.limit :]
                 attempts: dict[uuid.UUID, list[AttemptRecord]] = {}
@@ -677,6 +644,47 @@ class PgStore(PgShards):
             cur = await conn.execute(QUERIES["purge_job_keys"], {"before": before, "limit": 10000})
             result.purged_keys = cur.rowcount
         return result
+
+
+def search_statements(params: JobSearchParams) -> list[tuple[str, dict[str, Any]]]:
+    """The statements a search runs on a shard, each a query name and its
+    arguments: one page each, merged newest first. benchmarks.search
+    EXPLAINs these same statements, so it cannot drift from them."""
+    finished = params.finished_from is not None or params.finished_to is not None
+    args: dict[str, Any] = {
+        "owner": params.owner,
+        "before": params.before or _ABOVE_ALL_IDS,
+        "type": params.type,
+        "cron_id": params.cron_id,
+        "run_from": params.run_at_from or _NO_BOUND[0],
+        "run_to": params.run_at_to or _NO_BOUND[1],
+        # Hot and far rows have not finished: any finished bound leaves them out.
+        "finished": False if finished else None,
+        "finished_from": params.finished_from or _NO_BOUND[0],
+        "finished_to": params.finished_to or _NO_BOUND[1],
+        "limit": params.limit,
+    }
+    # A job that ran finished after its runAt: a runAt bound also
+    # bounds the finish of every status but CANCELLED, and so prunes
+    # the history's day partitions (search_jobs).
+    args["ran_from"] = args["finished_from"]
+    if params.run_at_from is not None and params.run_at_from > _NO_BOUND[0] + _RAN_MARGIN:
+        args["ran_from"] = max(args["finished_from"], params.run_at_from - _RAN_MARGIN)
+    if params.cron_id is not None:
+        # A cron's rows come from the cron indexes, whatever the status.
+        return [
+            ("search_jobs_of_cron", {**args, "status": status.value if status else None})
+            for status in params.statuses or (None,)
+        ]
+    if params.statuses is None:
+        return [("search_jobs", args)]
+    out: list[tuple[str, dict[str, Any]]] = []
+    for status in params.statuses:
+        each = {**args, "status": status.value}
+        if status is not JobStatus.CANCELLED:
+            each["finished_from"] = args["ran_from"]
+        out.append(("search_jobs_in_status", each))
+    return out
 
 
 def _not_retryable(job: JobRecord, params: RetryJobParams) -> Conflict:
