@@ -18,7 +18,7 @@ from cluster.clock import FakeClock
 from cluster.model import ClaimParams, FinishParams, JobResult, Outcome
 from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
-from tests.unit.test_api_fast import PROBLEM, A, B, body, serve, settings
+from tests.unit.test_api_fast import OP, PROBLEM, A, B, body, serve, settings
 
 
 @pytest.fixture
@@ -121,6 +121,22 @@ async def test_bulk_retry_and_cancel_with_dry_run(
     assert sorted(cancelled["jobIds"]) == sorted(dead)
     page = (await api.get("/api/v1/jobs?status=CANCELLED", headers=A)).json()
     assert len(page["items"]) == 3
+    # Bounded per call: a limit past 1,000 is refused, for both.
+    for path in ("/api/v1/jobs:retry", "/api/v1/jobs:cancel"):
+        r = await api.post(path, json={"limit": 1001, "dryRun": True}, headers=A)
+        assert r.status_code == 422 and "limit" in r.text
+
+
+async def test_an_operator_searches_an_owner_a_tenant_only_its_own(
+    api: httpx.AsyncClient, store: MemStore, clock: FakeClock
+) -> None:
+    dead = await failed_job(api, store, clock)
+    await api.post("/api/v1/jobs", json=body(), headers=B)
+    page = (await api.get("/api/v1/jobs?owner=svc-a&status=FAILED", headers=OP)).json()
+    assert [j["jobId"] for j in page["items"]] == [dead]
+    assert (await api.get("/api/v1/jobs?owner=svc-a", headers=B)).status_code == 403
+    done = await api.post("/api/v1/jobs:retry?owner=svc-a", json={"dryRun": True}, headers=OP)
+    assert done.status_code == 200 and done.json()["jobIds"] == [dead]
 
 
 async def test_pause_and_resume_a_job(api: httpx.AsyncClient) -> None:
@@ -177,6 +193,25 @@ async def test_backfill_a_missed_night_once(api: httpx.AsyncClient, clock: FakeC
     assert [s["jobId"] for s in second["slots"]] == [s["jobId"] for s in first["slots"]]
     jobs = (await api.get(f"/api/v1/jobs?cronJobId={cron_id}", headers=A)).json()["items"]
     assert len(jobs) == 3
+
+
+async def test_backfill_is_capped_per_call_and_goes_on_from_next_from(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    made = await api.post("/api/v1/cron-jobs", json=cron("minutely", schedule="* * * * *", timeZone="UTC"), headers=A)
+    url = f"/api/v1/cron-jobs/{made.json()['cronJobId']}/backfill"
+    now = clock.now().replace(second=0)
+    whole = {"from": iso(now - timedelta(minutes=1500)), "to": iso(now)}
+    cut = iso(now - timedelta(minutes=500))  # the 1,001st slot
+    dry = (await api.post(url, json={**whole, "dryRun": True}, headers=A)).json()
+    assert (len(dry["slots"]), dry["created"], dry["nextFrom"]) == (1000, 1000, cut)
+    first = (await api.post(url, json=whole, headers=A)).json()
+    assert (first["created"], first["existing"], first["nextFrom"]) == (1000, 0, cut)
+    assert first["slots"][-1]["scheduledFor"] < cut
+    rest = (await api.post(url, json={**whole, "from": first["nextFrom"]}, headers=A)).json()
+    assert (rest["created"], rest["existing"], rest["nextFrom"]) == (500, 0, None)
+    again = (await api.post(url, json=whole, headers=A)).json()
+    assert (again["created"], again["existing"]) == (0, 1000)
 
 
 @pytest.mark.parametrize(
