@@ -286,8 +286,10 @@ def test_dead_letters_retry_pause_and_backfill(api: VakitProcess, worker: VakitP
         [dead] = [j for j in as_json(vakit("dlq", "list", "--type", "CLI_DLQ", "-o", "json", api=api))["items"]
                   if j["jobId"] == job_id]  # fmt: skip
         assert dead["status"] == "FAILED" and dead["attempt"] == 1 and "400" in (dead["lastError"] or "")
-        listed = as_json(vakit("jobs", "list", "--status", "FAILED,CANCELLED", "-o", "json", api=api))
+        # Pages of one, followed to the last by --all.
+        listed = as_json(vakit("jobs", "list", "--status", "FAILED,CANCELLED", "--limit", "1", "--all", "-o", "json", api=api))
         assert job_id in [j["jobId"] for j in listed["items"]] and listed["missingShards"] == []
+        assert listed["nextCursor"] is None
         table = ok(vakit("dlq", "list", api=api))
         assert job_id in table and "LAST_ERROR" in table
 
@@ -305,6 +307,12 @@ def test_dead_letters_retry_pause_and_backfill(api: VakitProcess, worker: VakitP
         again = as_json(vakit("jobs", "get", job_id, "-o", "json", api=api))
         assert (again["status"], again["attempt"], again["jobId"]) == ("FAILED", 2, job_id)
         assert {f.job_id for f in sink.firings} == {job_id} and len(sink.firings) == 2
+        # `vakit jobs retry` does the same for one job: same id and scheduledFor, attempt 3 next.
+        revived = as_json(vakit("jobs", "retry", job_id, "-o", "json", api=api))
+        assert (revived["jobId"], revived["scheduledFor"]) == (job_id, again["scheduledFor"])
+        wait_for(lambda: _get(api, f"/api/v1/jobs/{job_id}")["attempt"] == 3
+                 and _get(api, f"/api/v1/jobs/{job_id}")["status"] == "FAILED", what="the third attempt")  # fmt: skip
+        assert len(sink.firings) == 3
         # Neither ids nor --all: usage.
         assert vakit("dlq", "retry", api=api).returncode == 2
 
