@@ -134,3 +134,13 @@ async def test_preview_shows_policies_and_bounds(api: httpx.AsyncClient) -> None
     fires = r.json()["fires"]
     assert [f["local"][:16] for f in fires] == ["2031-03-31T02:30", "2031-04-01T02:30"]
     assert fires[0]["note"] == "DST gap on 2031-03-30: 02:30 did not exist; not fired (dstPolicy SKIP)"
+    # BOTH: Berlin's 2031-10-26 overlap fires 02:30 twice (CEST, then CET), each noted.
+    r = await api.patch(f"/api/v1/cron-jobs/{cid}", json={"dstPolicy": "BOTH"}, headers=A)
+    assert r.status_code == 200 and r.json()["dstPolicy"] == "BOTH", r.text
+    r = await api.get(f"/api/v1/cron-jobs/{cid}/preview?from=2031-10-25T12:00:00Z&count=3", headers=A)
+    preview = r.json()
+    assert preview["dstPolicy"] == "BOTH"
+    assert [f["local"] for f in preview["fires"]] == [
+        "2031-10-26T02:30:00+02:00", "2031-10-26T02:30:00+01:00", "2031-10-27T02:30:00+01:00",
+    ]  # fmt: skip
+    assert [bool(f["note"] and "DST overlap" in f["note"]) for f in preview["fires"]] == [True, True, False]
