@@ -85,7 +85,8 @@ async def backfill_cron(cron_job_id: str, body: BackfillIn, ctx: Ctx, owner: Own
     slots = [f.scheduled_for for f in fires if f.scheduled_for < end]
     next_from = slots[MAX_BACKFILL] if len(slots) > MAX_BACKFILL else None
     slots = slots[:MAX_BACKFILL]
-    if body.overlap == "SKIP" and not body.dryRun and slots:
+    # A dry run says what the call would do: with SKIP, that is this 409.
+    if body.overlap == "SKIP" and slots:
         pending = await ctx.crons.pending(shard, PendingParams((cron.id,)))
         if pending[cron.id].pending:
             raise Conflict(

@@ -195,6 +195,24 @@ async def test_backfill_a_missed_night_once(api: httpx.AsyncClient, clock: FakeC
     assert len(jobs) == 3
 
 
+async def test_backfill_overlap_skip_refuses_while_an_occurrence_is_pending(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    made = await api.post("/api/v1/cron-jobs", json=cron("nightly", timeZone="UTC"), headers=A)
+    url = f"/api/v1/cron-jobs/{made.json()['cronJobId']}/backfill"
+    today = clock.now().replace(hour=0, minute=0, second=0)
+    earlier = {"from": iso(today - timedelta(days=6)), "to": iso(today - timedelta(days=3))}
+    night = {"from": iso(today - timedelta(days=1)), "to": iso(today), "overlap": "SKIP"}
+    # Nothing pending: SKIP writes as ALLOW does.
+    assert (await api.post(url, json=night, headers=A)).json()["created"] == 1
+    # Its occurrence is pending (no worker here): SKIP refuses and writes
+    # nothing, and its dry run says so; ALLOW writes.
+    for dry_run in (True, False):
+        refused = await api.post(url, json={**earlier, "overlap": "SKIP", "dryRun": dry_run}, headers=A)
+        assert refused.status_code == 409 and refused.headers["content-type"] == PROBLEM
+    assert (await api.post(url, json=earlier, headers=A)).json()["created"] == 3
+
+
 async def test_backfill_is_capped_per_call_and_goes_on_from_next_from(
     api: httpx.AsyncClient, clock: FakeClock
 ) -> None:
