@@ -116,7 +116,8 @@ async def _serve_ops(settings: Settings, ready: Callable[[], bool]) -> web.AppRu
 
 
 def tune_gc() -> None:
-    """Garbage-collector settings for a worker that holds many jobs.
+    """Garbage-collector settings for a worker that holds many jobs, and for
+    the API, whose batches allocate tens of thousands of objects each.
 
     A worker holding a preloaded wave keeps hundreds of thousands of live
     objects. With CPython's default thresholds (700, 10, 10), the burst of
@@ -127,6 +128,11 @@ def tune_gc() -> None:
     counting frees almost everything anyway, and young cycles are still
     collected. What exists at start-up (modules, settings) is frozen: no
     collection walks it again.
+
+    In the API, with the default thresholds, a full collection walked the
+    whole application (FastAPI, pydantic's schemas, about 110,000 objects)
+    every other batch: 16 % of its CPU on a 100,000-job batch create, 75
+    against 47 us of API CPU per item with these settings.
     """
     gc.collect()
     gc.freeze()
@@ -250,8 +256,10 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
 def run_api(settings: Settings) -> None:
     import uvicorn
 
+    app = api_app(settings)
+    tune_gc()
     uvicorn.run(
-        api_app(settings),
+        app,
         host=settings.api_host,
         port=settings.api_port,
         # httptools and uvloop (runtime dependencies) when importable: h11
