@@ -8,7 +8,6 @@ checked here so that bad input is a 4xx that changes nothing.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -22,6 +21,8 @@ from pydantic import (
     PlainValidator,
     field_validator,
 )
+
+from cluster.model.jsontext import canonical_json
 
 __all__ = [
     "EARLIEST",
@@ -235,8 +236,7 @@ def fingerprint(body: BaseModel, exclude: set[str] | None = None) -> str:
         data["runAt"] = (
             parse_rfc3339(run_at, "runAt").astimezone(UTC).isoformat().replace("+00:00", "Z")
         )
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(canonical_json(data)).hexdigest()
 
 
 # -- batch create -----------------------------------------------------------
