@@ -309,7 +309,9 @@ async def test_overload_is_429_with_retry_after(shard_dsns: list[str]) -> None:
     store.get_job = slow_get
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api", event_hooks=conformance_hooks(app.openapi)
+        ) as client:
             jid = (await client.post("/api/v1/jobs", json=body(), headers=A)).json()["jobId"]
             held = [asyncio.create_task(client.get(f"/api/v1/jobs/{jid}", headers=A)) for _ in range(2)]
             await asyncio.sleep(0.1)

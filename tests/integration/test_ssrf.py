@@ -39,6 +39,7 @@ from cluster.targets.policy import AddressPolicy
 from cluster.worker.worker import Worker
 from tests.helpers import claimed_job, eventually
 from tests.integration.test_api import client_for
+from tests.openapi_conformance import conformance_hooks
 
 HOSTNAME = socket.gethostname()
 
@@ -165,7 +166,9 @@ async def serve(allow: list[str]) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings(allow), store=store, crons=MemCronStore(store))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api", event_hooks=conformance_hooks(app.openapi)
+        ) as client:
             yield client
 
 

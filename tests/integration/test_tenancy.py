@@ -18,6 +18,7 @@ import pytest
 from cluster.service import api_app
 from tests.helpers import wait_for
 from tests.integration.test_api import OP, A, B, body, client_for, count_jobs, settings_for
+from tests.openapi_conformance import conformance_hooks
 from tests.procs import FaultSink, running_processes
 
 pytestmark = pytest.mark.integration
@@ -75,7 +76,9 @@ async def test_metrics_on_their_own_loopback_port(shard_dsns: list[str]) -> None
         status, text = _get(f"http://127.0.0.1:{port}/metrics")
         assert status == 200 and "vakit_api_requests_total" in text
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api", event_hooks=conformance_hooks(app.openapi)
+        ) as client:
             problem(await client.get("/metrics", headers=A), 403)  # the API port still guards it
     with pytest.raises(OSError):  # closed with the app
         _get(f"http://127.0.0.1:{port}/metrics")
@@ -149,7 +152,9 @@ async def test_pending_jobs_quota_counts_the_shards(shard_dsns: list[str]) -> No
         ctx = app.state.ctx
         await ctx.limits.refresh(ctx.store, ctx.crons)
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api", event_hooks=conformance_hooks(app.openapi)
+        ) as api:
             limited(
                 await api.post("/api/v1/jobs", json=body(), headers=A), "owner_max_pending_jobs"
             )

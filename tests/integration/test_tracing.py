@@ -37,6 +37,7 @@ from tests.kafkafixtures import (  # noqa: F401  (fixtures, used by name)
     kafka_topic,
     read_topic,
 )
+from tests.openapi_conformance import conformance_hooks
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +91,9 @@ async def api_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     app = api_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api", event_hooks=conformance_hooks(app.openapi)
+        ) as client:
             yield client
 
 

@@ -24,6 +24,7 @@ from cluster.api.app import create_app
 from cluster.config import Settings
 from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
+from tests.openapi_conformance import conformance_hooks
 
 ORDERS = {"Authorization": "Bearer token-orders"}
 BILLING = {"Authorization": "Bearer token-billing"}
@@ -51,7 +52,9 @@ async def serve(s: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, MemStore]
     app = create_app(s, store=store, crons=MemCronStore(store))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api", event_hooks=conformance_hooks(app.openapi)
+        ) as client:
             yield client, store
 
 
