@@ -2,9 +2,9 @@
 
 Fields come from three places, later ones winning: what is bound in the
 current context (:func:`bind`: ``request_id`` and ``owner`` for an API
-request, ``job_id`` where a worker handles one job), the record's ``extra``
-(``job_id``, ``shard``, ``attempt``, …), and ``trace_id``/``span_id`` when
-tracing is on. The level is ``VAKIT_LOG_LEVEL`` (default ``info``).
+request; ``job_id``, ``shard``, ``attempt`` and ``owner`` in a worker's task
+for one job), the record's ``extra`` (``job_id``, ``shard``, …), and
+``trace_id``/``span_id`` when tracing is on. The level is ``VAKIT_LOG_LEVEL`` (default ``info``).
 
 Why the standard library's ``contextvars`` and not structlog: every module
 already logs through ``logging`` with ``extra=``; a context variable carries

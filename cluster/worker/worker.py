@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import shardmap
-from cluster import metrics, tracing
+from cluster import logs, metrics, tracing
 from cluster.backoff import backoff
 from cluster.clock import Clock, SystemClock
 from cluster.config import Settings
@@ -295,6 +295,10 @@ class Worker:
     async def _run_job(self, entry: InFlight) -> None:
         job = entry.job
         completer = self._shards[entry.shard].completer
+        # Each job runs in its own task, with its own copy of the log context:
+        # every line written while it fires (the target, the address policy,
+        # the HTTP client) says which job, attempt and owner it was about.
+        logs.bind(**log_fields(entry), owner=job.owner)
         try:
             # Released from the wheel up to a tick early, or claimed just
             # before its moment: wait out the rest with the lease held.

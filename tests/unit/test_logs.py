@@ -1,4 +1,4 @@
-"""Log lines: level from the settings, request/owner/job context bound per request."""
+"""Log lines: level from the settings, request/owner/job context bound per request and per firing."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from pydantic import ValidationError
 import shardmap
 from cluster import logs
 from cluster.api.jobs import parse_job_id
+from cluster.clock import FakeClock
 from cluster.config import Settings
+from cluster.store.memory import MemStore
+from cluster.targets import FireResult
+from tests.unit.test_state_machine import FakeTarget, add_job, make_worker, settle
+from tests.unit.test_state_machine import clock as clock
+from tests.unit.test_state_machine import store as store
 
 
 def test_a_job_route_binds_the_job_id_for_the_rest_of_the_request() -> None:
@@ -61,3 +67,28 @@ def test_the_level_setting_is_checked() -> None:
         Settings(log_level="verbose")
     with pytest.raises(ValueError):
         logs.setup_logging("api", "verbose")
+
+
+@pytest.mark.usefixtures("root_logger")
+async def test_a_firing_logs_with_its_job_bound(store: MemStore, clock: FakeClock) -> None:
+    """What a target logs while it fires names the job, its attempt, shard and
+    owner, though the target passed none of them; the worker's own context
+    does not keep them."""
+    stream = io.StringIO()
+    logs.setup_logging("worker", "info")
+    handler = logging.getLogger().handlers[0]
+    assert isinstance(handler, logging.StreamHandler)
+    handler.stream = stream
+
+    async def noisy(job: object) -> FireResult:
+        logging.getLogger("vakit.targets.test").warning("receiver answered slowly")
+        return FireResult.success()
+
+    created = await add_job(store)
+    worker = make_worker(store, clock, FakeTarget(noisy))
+    assert await worker.run_once(0) == 1
+    await settle(worker)
+    (line,) = [json.loads(ln) for ln in stream.getvalue().splitlines() if "slowly" in ln]
+    assert line["job_id"] == shardmap.encode_id("job", created.id)
+    assert (line["shard"], line["attempt"], line["owner"]) == (0, 1, "svc")
+    assert logs.context() == {}
