@@ -32,6 +32,8 @@ from typing import Any
 
 import aiohttp
 
+from benchmarks.progress import Progress
+
 __all__ = [
     "CRONS",
     "JOBS",
@@ -205,6 +207,8 @@ async def create_items(
                 queue.put_nowait(_Chunk(src, chunks[i]))
 
     sent = 0
+    # Printed whatever the verbosity: a million items take minutes to create.
+    progress = Progress(f"{door.name} answered", result.requested)
 
     def note_error(text: str) -> None:
         if len(result.error_samples) < _ERROR_SAMPLES and text not in result.error_samples:
@@ -288,6 +292,7 @@ async def create_items(
                 note_error(f"client error: {type(exc).__name__}: {exc}")
                 result.statuses["client error"] += len(chunk.indices)
             finally:
+                progress.update(sum(result.statuses.values()))
                 queue.task_done()
 
     connector = aiohttp.TCPConnector(limit=in_flight)
@@ -302,4 +307,5 @@ async def create_items(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         result.seconds = time.monotonic() - started
+    progress.close()
     return result

@@ -39,6 +39,7 @@ from benchmarks.harness import BenchCluster, ClusterSpec, ProcessSampler, bench_
 from benchmarks.leanhttp import HttpError, LeanClient
 from benchmarks.options import add_cluster_options, cluster_spec, run_settings, settings_in_effect
 from benchmarks.outcomes import collect, figures, server_info
+from benchmarks.progress import Progress
 from benchmarks.report import headline, machine_info, plot_timeline, write_report
 from benchmarks.stats import summarize, timeline
 
@@ -95,6 +96,8 @@ async def generate_load(
     # The lean client (benchmarks/leanhttp.py): the load generator's own CPU
     # is taken from the machine the API runs on.
     clients = [LeanClient(url, headers, connections=concurrency) for url in urls]
+    # Printed whatever the verbosity, for the whole --duration.
+    progress = Progress("jobs answered", total)
 
     async def one(client: LeanClient, due: float, count: int) -> None:
         async with gate:
@@ -120,6 +123,7 @@ async def generate_load(
         result.created += statuses.count("201")
         result.latency.append(done - due)
         result.service.append(done - sent)
+        progress.update(sum(result.statuses.values()))
 
     if batch is not None and not await batch_supported(urls[0], token, JOBS):
         raise RuntimeError("--batch: the API has no POST /api/v1/jobs:batch")
@@ -137,6 +141,7 @@ async def generate_load(
             result.requests += 1
         await asyncio.gather(*tasks)
         result.seconds = loop.time() - start
+        progress.close()
     finally:
         for client in clients:
             await client.close()

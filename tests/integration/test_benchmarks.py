@@ -143,11 +143,17 @@ def _assert_created(create: dict[str, Any], door: str, items: int) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_wave_through_the_batch_api_runs_every_job_once(tmp_path: Path) -> None:
+def test_wave_through_the_batch_api_runs_every_job_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "wave-api"
     argv = ["--source", "api", "--jobs", "2000", "--owners", "3", "--create-batch", "300"]
     argv += ["--clients", "4", "--ceiling", "none", "--unsafe-fast-db", "--out", str(out)]
     assert wave.main(argv) == 0
+    # Progress without -v, while creating and while draining.
+    err = capsys.readouterr().err
+    assert "jobs answered: 2,000/2,000 (100.0%)" in err and "ETA" in err, err
+    assert "jobs finished: 2,000/2,000 (100.0%)" in err, err
     report = _report(out)
     _assert_ran_once(report, 2000)
     _assert_created(report["create"], "jobs", 2000)
@@ -184,12 +190,16 @@ def test_wave_made_by_crons_runs_one_occurrence_per_cron(tmp_path: Path) -> None
 
 
 @pytest.mark.timeout(120)
-def test_sustained_load_through_the_api_reports(tmp_path: Path, bench_dsns: list[str]) -> None:
+def test_sustained_load_through_the_api_reports(
+    tmp_path: Path, bench_dsns: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "sustained"
     argv = ["--rate", "20", "--duration", "5", "--ahead", "2", "--workers", "2", "--out", str(out)]
     for dsn in bench_dsns:
         argv += ["--dsn", dsn]
     assert sustained.main(argv) == 0
+    err = capsys.readouterr().err  # progress without -v, while loading and while draining
+    assert "jobs answered: 100/100 (100.0%)" in err and "jobs finished: 100/100" in err, err
     report = _report(out)
     assert report["api"]["requested"] == 100
     assert report["jobs"] == 100, report["api"]["statuses"]
