@@ -262,7 +262,13 @@ def config_check(config_file: str | None, offline: bool) -> None:
                     f"{p.shard_count}, layout {p.fingerprint}"
                 )
             click.echo(f"  {p.position}: {mask_dsn(p.dsn)}  {state}")
-        problems.extend(layout_problems(places))
+        layout = layout_problems(places)
+        if layout:
+            problems += [
+                *layout,
+                "fix: list the shards the cluster was created with, in the order the "
+                "'shard i of n' column shows (ids route by slot % shard count)",
+            ]
     else:
         for i, dsn in enumerate(settings.shards):
             click.echo(f"  {i}: {mask_dsn(dsn)}")

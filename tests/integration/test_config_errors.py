@@ -109,7 +109,7 @@ def test_a_process_with_another_shard_list_refuses_to_run(shard_dsns: list[str])
         assert "VAKIT_SHARDS" in line, line
         assert "config check" in line or "same database" in line, line
     line = one_line_error(vakit("config", "check", shards=[b, a]))
-    assert "is shard 1 of 2" in line
+    assert "is shard 1 of 2" in line and "fix: list the shards" in line, line
     # Nothing was rewritten by the refused processes.
     assert _layout(a) == (0, 2, fp) and _layout(b) == (1, 2, fp)
 
