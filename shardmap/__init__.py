@@ -57,12 +57,15 @@ def key_slot(owner: str, key: str) -> int:
 
 def new_uuid(slot: int | None = None, *, unix_ms: int | None = None) -> uuid.UUID:
     """A UUIDv7 carrying ``slot`` (random when None) in its ``rand_a`` bits."""
+    # One read of the kernel's random source for both fields: each read is
+    # a system call, and a batch create draws 1,000 ids.
+    random = int.from_bytes(os.urandom(10), "big")
     if slot is None:
-        slot = int.from_bytes(os.urandom(2), "big") % SLOTS
+        slot = (random >> 64) % SLOTS
     if not 0 <= slot < SLOTS:
         raise ValueError(f"slot must be in 0..{SLOTS - 1}, got {slot}")
     ms = time.time_ns() // 1_000_000 if unix_ms is None else unix_ms
-    rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    rand_b = random & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | slot << 64 | 0b10 << 62 | rand_b
     return uuid.UUID(int=value)
 

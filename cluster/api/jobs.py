@@ -8,8 +8,7 @@ would validate again; the response models still document it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
@@ -117,40 +116,6 @@ def job_out(job: JobRecord, shard: int) -> JobOut:
     )
 
 
-@dataclass(frozen=True)
-class _Prepared:
-    """A validated job, before its id (and so its shard) is drawn."""
-
-    owner: str
-    body: CreateJobIn
-    run_at: datetime
-    target: dict[str, Any]
-    key: str | None
-    fingerprint: str | None
-    far: bool
-
-    def params(self, slot: int | None) -> CreateJobParams:
-        return CreateJobParams(
-            id=shardmap.new_uuid(slot),
-            owner=self.owner,
-            type=self.body.type,
-            run_at=self.run_at,
-            scheduled_for=self.run_at,
-            target=self.target,
-            payload=self.body.payload,
-            max_attempts=self.body.maxAttempts,
-            timeout_seconds=self.body.timeoutSeconds,
-            idempotency_key=self.key,
-            fingerprint=self.fingerprint,
-            far=self.far,
-        )
-
-    @property
-    def slot(self) -> int | None:
-        """Keyed jobs live where their key does, so a repeat finds the first."""
-        return shardmap.key_slot(self.owner, self.key) if self.key is not None else None
-
-
 def _prepare(
     ctx: ApiContext,
     owner: str,
@@ -158,8 +123,11 @@ def _prepare(
     key: str | None,
     now: datetime,
     digest: str | None,
-) -> _Prepared:
-    """The checks a body's schema cannot make: target policy, payload size."""
+) -> CreateJobParams:
+    """The checks a body's schema cannot make (target policy, payload size),
+    and the job's parameters. A keyed job's id carries its key's slot, so a
+    repeat finds the first on the same shard; a keyless one's slot is
+    random (:func:`_create_anywhere` draws another for another shard)."""
     target = body.target.model_dump(exclude_none=True)
     ctx.check_target(target, owner)
     if tracing.ENABLED:
@@ -170,7 +138,20 @@ def _prepare(
     ctx.check_payload(body.payload)
     run_at = utc(body.run_at())
     far = run_at > now + timedelta(seconds=ctx.settings.far_horizon_seconds)
-    return _Prepared(owner, body, run_at, target, key, digest, far)
+    return CreateJobParams(
+        id=shardmap.new_uuid(shardmap.key_slot(owner, key) if key is not None else None),
+        owner=owner,
+        type=body.type,
+        run_at=run_at,
+        scheduled_for=run_at,
+        target=target,
+        payload=body.payload,
+        max_attempts=body.maxAttempts,
+        timeout_seconds=body.timeoutSeconds,
+        idempotency_key=key,
+        fingerprint=digest,
+        far=far,
+    )
 
 
 async def create_job(
@@ -190,23 +171,22 @@ async def _create_one(
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
         raise InvalidRequest("Idempotency-Key must be 1 to 200 characters")
     digest = fingerprint(body) if idempotency_key is not None else None
-    job = _prepare(ctx, owner, body, idempotency_key, ctx.clock.now(), digest)
+    params = _prepare(ctx, owner, body, idempotency_key, ctx.clock.now(), digest)
     ctx.limits.admit_jobs(owner)
-    if job.key is None:
-        result = await _create_anywhere(ctx, job.params)
+    if idempotency_key is None:
+        result = await _create_anywhere(ctx, params)
         return _created(ctx, owner, result)
     # The Idempotency-Key draft: a repeat while the first request with the
     # key is still being served is a 409, not a wait.
-    in_flight = (owner, job.key)
+    in_flight = (owner, idempotency_key)
     if in_flight in ctx.keys_in_flight:
         raise IdempotencyKeyInFlight(
             "a request with this Idempotency-Key is still being served; retry once it has "
             "been answered",
-            idempotency_key=job.key,
+            idempotency_key=idempotency_key,
         )
     ctx.keys_in_flight.add(in_flight)
     try:
-        params = job.params(job.slot)
         result = await ctx.store.create_job(ctx.shards.shard_of(params.id), params)
     finally:
         ctx.keys_in_flight.discard(in_flight)
@@ -284,9 +264,7 @@ router.add_api_route(
 )
 
 
-async def _create_anywhere(
-    ctx: ApiContext, params_for: Callable[[int | None], CreateJobParams]
-) -> CreateResult:
+async def _create_anywhere(ctx: ApiContext, params: CreateJobParams) -> CreateResult:
     """A job without a key may live on any shard: when its random shard is
     down, try another, so one shard's outage does not refuse new work.
 
@@ -297,7 +275,8 @@ async def _create_anywhere(
     tried: set[int] = set()
     last: ShardUnavailable | None = None
     while len(tried) < ctx.shards.shard_count:
-        params = params_for(None)
+        if tried:
+            params = replace(params, id=shardmap.new_uuid())
         shard = ctx.shards.shard_of(params.id)
         if shard in tried:
             continue
@@ -345,11 +324,10 @@ async def create_jobs_batch(body: BatchCreateJobsIn, ctx: Ctx, owner: Owner) -> 
             item = BatchJobIn.model_validate(raw)
             key = item.idempotencyKey
             digest = fingerprint(item, exclude=_BATCH_KEY_FIELD) if key is not None else None
-            job = _prepare(ctx, owner, item, key, now, digest)
+            params = _prepare(ctx, owner, item, key, now, digest)
         except (ValidationError, VakitError) as exc:
             results[index] = item_failure(index, exc, where)
             continue
-        params = job.params(job.slot)
         by_shard.setdefault(ctx.shards.shard_of(params.id), []).append((index, params))
     # The whole batch is within the limits or none of it is written: a 429
     # the client can retry as it is.
