@@ -4,7 +4,6 @@ read back with plain SQL on every shard."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 from collections.abc import Sequence
 from datetime import datetime
@@ -23,7 +22,7 @@ __all__ = ["api_body", "create_jobs", "job_on", "rows"]
 def job_on(shards: shardmap.ShardMap, shard: int, url: str, **kwargs: Any) -> CreateJobParams:
     """``job_params`` with an id that routes to ``shard``."""
     slot = random.choice([s for s in range(shardmap.SLOTS) if shards.shard_of_slot(s) == shard])
-    return dataclasses.replace(job_params(url, **kwargs), id=shardmap.new_uuid(slot))
+    return job_params(url, **kwargs)._replace(id=shardmap.new_uuid(slot))
 
 
 def api_body(url: str, run_at: datetime, payload: Any = None) -> dict[str, Any]:

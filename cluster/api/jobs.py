@@ -8,7 +8,6 @@ would validate again; the response models still document it.
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
@@ -276,7 +275,7 @@ async def _create_anywhere(ctx: ApiContext, params: CreateJobParams) -> CreateRe
     last: ShardUnavailable | None = None
     while len(tried) < ctx.shards.shard_count:
         if tried:
-            params = replace(params, id=shardmap.new_uuid())
+            params = params._replace(id=shardmap.new_uuid())
         shard = ctx.shards.shard_of(params.id)
         if shard in tried:
             continue

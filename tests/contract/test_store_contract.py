@@ -9,7 +9,6 @@ Times are pinned through each params object's ``now`` (the SQL's
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -243,7 +242,7 @@ async def test_batch_create_of_a_thousand(h: Harness) -> None:
     assert len(claimed) == 1000
     # The same batch again (new ids, as the API makes them): every keyed job
     # is a repeat of the first, every other one new.
-    second = tuple(dataclasses.replace(p, id=shardmap.new_uuid()) for p in batch)
+    second = tuple(p._replace(id=shardmap.new_uuid()) for p in batch)
     again = await h.store.create_jobs(SHARD, CreateJobsParams(second))
     assert [isinstance(r, CreateResult) and r.created for r in again] == [
         p.idempotency_key is None for p in batch

@@ -835,7 +835,7 @@ async def test_two_forced_leaders_for_60s_lose_nothing_and_double_nothing(
                     p = job_params(sink.url, payload={"fail": 1})
                 else:
                     p = job_params(sink.url, run_at=now + timedelta(seconds=rng.uniform(0, 2)))
-                p = dataclasses.replace(p, max_attempts=10)
+                p = p._replace(max_attempts=10)
                 await feeder.create_job(shards.shard_of(p.id), p)
                 one_shots.append(p)
                 await asyncio.sleep(0.1)

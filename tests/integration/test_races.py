@@ -12,7 +12,6 @@ up; no job is lost or doubled; neither side sees an error.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 import uuid
 from collections.abc import AsyncIterator
@@ -62,7 +61,7 @@ async def test_the_mover_racing_cancels_and_patches_of_its_jobs(
     now = datetime.now(UTC)
     due = now + timedelta(minutes=10)  # within the mover's horizon
     jobs = [
-        dataclasses.replace(job_params("http://t/x", run_at=due, far=True), id=i)
+        job_params("http://t/x", run_at=due, far=True)._replace(id=i)
         for i in ids_on(shards, 600)
     ]
     for p in jobs:
@@ -115,7 +114,7 @@ async def test_the_janitor_racing_completions_into_a_day_without_its_partition(
     store: PgStore, other: PgStore, shard_dsns: list[str]
 ) -> None:
     shards = shardmap.ShardMap(store.shard_count)
-    jobs = [dataclasses.replace(job_params("http://t/x"), id=i) for i in ids_on(shards, 800)]
+    jobs = [job_params("http://t/x")._replace(id=i) for i in ids_on(shards, 800)]
     for p in jobs:
         await store.create_job(SHARD, p)
     # The state of a shard whose janitor has not run for longer than the

@@ -10,7 +10,6 @@ this store and on the in-memory one alike.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -99,7 +98,7 @@ async def test_a_unique_violation_is_a_conflict_naming_its_constraint(store: PgS
     assert caught.value.fields["constraint"] == "jobs_pkey"
     assert caught.value.fields["sqlstate"] == "23505"
     assert isinstance(caught.value.__cause__, psycopg.errors.UniqueViolation)
-    far = dataclasses.replace(job_params(URL, far=True), id=shardmap.new_uuid())
+    far = job_params(URL, far=True)._replace(id=shardmap.new_uuid())
     await store.create_job(0, far)
     with pytest.raises(Conflict) as caught:
         await store.create_jobs(0, CreateJobsParams((far,)))
