@@ -2,8 +2,8 @@
 
 Fields come from three places, later ones winning: what is bound in the
 current context (:func:`bind`: ``request_id`` and ``owner`` for an API
-request; ``job_id``, ``shard``, ``attempt`` and ``owner`` in a worker's task
-for one job), the record's ``extra`` (``job_id``, ``shard``, …), and
+request; :func:`bind_subject`: ``job_id``, ``shard``, ``attempt`` and
+``owner`` in a worker's task for one job), the record's ``extra`` (``job_id``, ``shard``, …), and
 ``trace_id``/``span_id`` when tracing is on. The level is ``VAKIT_LOG_LEVEL`` (default ``info``).
 
 Why the standard library's ``contextvars`` and not structlog: every module
@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from datetime import UTC, datetime
@@ -28,11 +28,25 @@ from typing import Any
 
 from cluster import tracing
 
-__all__ = ["JsonFormatter", "bind", "bound", "context", "setup_logging", "unbind"]
+__all__ = [
+    "JsonFormatter",
+    "bind",
+    "bind_subject",
+    "bound",
+    "context",
+    "setup_logging",
+    "unbind",
+]
 
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 _EMPTY: dict[str, Any] = {}
 _CONTEXT: ContextVar[dict[str, Any]] = ContextVar("vakit_log_context", default=_EMPTY)
+# What a task is about (a worker's job), turned into fields only when a line
+# is written: a wave starts 100,000 job tasks, and binding a dictionary in
+# each (1.2 us) was a tenth of a job's start, for lines almost none write.
+_SUBJECT: ContextVar[tuple[Callable[[Any], dict[str, Any]], Any] | None] = ContextVar(
+    "vakit_log_subject", default=None
+)
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -50,6 +64,12 @@ def bind(**fields: Any) -> Token[dict[str, Any]]:
 
 def unbind(token: Token[dict[str, Any]]) -> None:
     _CONTEXT.reset(token)
+
+
+def bind_subject(fields: Callable[[Any], dict[str, Any]], subject: Any) -> None:
+    """Every log line of the current context gets ``fields(subject)``,
+    computed when the line is written (under what :func:`bind` bound)."""
+    _SUBJECT.set((fields, subject))
 
 
 @contextmanager
@@ -74,6 +94,9 @@ class JsonFormatter(logging.Formatter):
             "process": self.process_name,
             "msg": record.getMessage(),
         }
+        subject = _SUBJECT.get()
+        if subject is not None:
+            out.update(subject[0](subject[1]))
         out.update(_CONTEXT.get())
         for key, value in vars(record).items():
             if key not in _RESERVED and not key.startswith("_"):

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import shardmap
 from cluster import logs, metrics, tracing
@@ -65,6 +66,10 @@ log = logging.getLogger(__name__)
 
 def _cron_label(job: ClaimedJob) -> str:
     return metrics.cron_label(shardmap.encode_id("cron", job.cron_id)) if job.cron_id else "-"
+
+
+def _job_log_fields(entry: InFlight) -> dict[str, Any]:
+    return {**log_fields(entry), "owner": entry.job.owner}
 
 
 def default_worker_id() -> str:
@@ -298,7 +303,7 @@ class Worker:
         # Each job runs in its own task, with its own copy of the log context:
         # every line written while it fires (the target, the address policy,
         # the HTTP client) says which job, attempt and owner it was about.
-        logs.bind(**log_fields(entry), owner=job.owner)
+        logs.bind_subject(_job_log_fields, entry)
         try:
             # Released from the wheel up to a tick early, or claimed just
             # before its moment: wait out the rest with the lease held.
