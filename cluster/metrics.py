@@ -15,7 +15,9 @@ number of series does not grow with what tenants do.
 from __future__ import annotations
 
 import platform
+from bisect import bisect_left
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -83,6 +85,29 @@ def target_label(key: str) -> str:
 def cron_label(cron_id: str) -> str:
     """The ``cron`` label of a cron id (``cron_…``)."""
     return cron_id if _all_crons or cron_id in _crons else OTHER
+
+
+def observe_many(child: Any, values: Iterable[float]) -> None:
+    """``child.observe(v)`` for each of ``values`` (a histogram's labelled
+    child), with one locked add per bucket instead of a lock and a scan of
+    the buckets per value.
+
+    A worker observes the lateness and the call duration of every firing: in
+    a 100,000-job wave, observe() one value at a time was a fifth of the
+    worker's CPU while it started the wave. This reaches into the child's
+    buckets (prometheus-client's ``_upper_bounds``, ``_buckets``, ``_sum``,
+    pinned by the lock file); ``test_metrics_bulk`` holds the exposition to
+    the one observe() gives."""
+    bounds = child._upper_bounds
+    counts = [0] * len(bounds)
+    total = 0.0
+    for value in values:
+        counts[bisect_left(bounds, value)] += 1  # the first bucket with value <= le
+        total += value
+    child._sum.inc(total)
+    for i, n in enumerate(counts):
+        if n:
+            child._buckets[i].inc(n)
 
 BUILD_INFO = Gauge(
     "vakit_build_info",

@@ -57,10 +57,23 @@ class FiringMetrics:
             return
         started, self._started = self._started, []
         fired, self._fired = self._fired, []
-        for shard, kind, lateness in started:
-            self._lateness(shard, kind).observe(max(0.0, lateness))
+        # Grouped by series, each group observed at once (a wave's firings
+        # share a handful of series).
+        lateness: dict[tuple[int, str], list[float]] = {}
+        for shard, kind, late in started:
+            lateness.setdefault((shard, kind), []).append(late if late > 0.0 else 0.0)
+        for (shard, kind), values in lateness.items():
+            metrics.observe_many(self._lateness(shard, kind), values)
+        calls: dict[Any, list[float]] = {}
+        fires: dict[Any, int] = {}
         for job, result, seconds in fired:
-            self._count(job, result, seconds)
+            call, fire = self._children(job, result)
+            calls.setdefault(call, []).append(seconds)
+            fires[fire] = fires.get(fire, 0) + 1
+        for call, values in calls.items():
+            metrics.observe_many(call, values)
+        for fire, n in fires.items():
+            fire.inc(n)
 
     def _lateness(self, shard: int, kind: str) -> Any:
         # labels() costs a dict lookup and string work per call; a wave calls
@@ -71,20 +84,20 @@ class FiringMetrics:
             child = self._lateness_children[key] = metrics.START_LATENESS.labels(str(shard), kind)
         return child
 
-    def _count(self, job: ClaimedJob, result: FireResult, seconds: float = 0.0) -> None:
-        """The per-target error rate the on-call watches, and the call's
-        duration by target kind; children cached, as the target key parses a URL."""
+    def _children(self, job: ClaimedJob, result: FireResult) -> tuple[Any, Any]:
+        """The series of a firing: its call's duration by target kind, and the
+        per-target error rate the on-call watches; children cached, as the
+        target key parses a URL."""
         url = str(job.target.get("url") or job.target.get("topic") or job.target_kind)
         outcome = "ok" if result.ok else ("retry" if result.retryable else "rejected")
         call = self._call_children.get((job.target_kind, outcome))
         if call is None:
             call = metrics.TARGET_CALL_SECONDS.labels(job.target_kind, outcome)
             self._call_children[(job.target_kind, outcome)] = call
-        call.observe(seconds)
         child = self._target_children.get((url, outcome))
         if child is None:
             if len(self._target_children) > 10_000:
                 self._target_children.clear()  # bounded, whatever the URLs
             child = metrics.TARGET_FIRES.labels(metrics.target_label(target_key(job.target)), outcome)
             self._target_children[(url, outcome)] = child
-        child.inc()
+        return call, child
