@@ -5,12 +5,15 @@ clock is right.
 
 Planning from that clock would, with a two-hour jump ahead, count two hours
 of a minutely cron's slots as missed (SKIP drops them for good) and bring far
-jobs due in more than an hour into the hot table. Invariants: the materializer
-refuses every pass across the jump and counts it
+jobs due in more than an hour into the hot table. A third leader is three days
+ahead with a two-day retention: a history janitor that took "today" from it
+would drop today's partition, which the live completions write into.
+Invariants: the materializer refuses every pass across the jump and counts it
 (``vakit_cron_clock_skew_refusals_total``), the mover plans from the
-database's clock, and once the leader's clock is right the cron's next slot is
-materialized, once, with nothing missed. The time from the fix to the slot's
-occurrence is printed.
+database's clock, the janitor drops no day the completions write into (its
+"today" is the database's) and no finished job is lost, and once the
+leader's clock is right the cron's next slot is materialized, once, with
+nothing missed. The time from the fix to the slot's occurrence is printed.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import httpx
 import pytest
 
 import shardmap
+from tests.faults.test_worker_faults import finished, history, text_id
 from tests.helpers import wait_for
 from tests.procs import TOKEN, FaultSink, ProcessHarness, VakitProcess
 from tests.shards import create_jobs, job_on, rows
@@ -32,6 +36,8 @@ pytestmark = pytest.mark.faults
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 SKEW = "vakit_cron_clock_skew_refusals_total"
 CRON_STATE = "SELECT next_fire_at, missed_count, skipped_count FROM cron_jobs"
+LAST_PASS = "vakit_maintenance_last_success_timestamp_seconds"
+PARTITIONS = "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname LIKE 'job_history_p%%'"
 
 
 def jumped_worker(procs: ProcessHarness, name: str, offset: str) -> VakitProcess:
@@ -50,7 +56,7 @@ def test_a_leader_whose_clock_jumps_plans_nothing_from_it(
     procs: ProcessHarness, sink: FaultSink
 ) -> None:
     dsns = procs.shards
-    procs.settings.update({"materializer_interval": "0.5"})
+    procs.settings.update({"materializer_interval": "0.5", "history_retention_days": "2"})
     api = procs.api()
     api.wait_ready()
     with httpx.Client(
@@ -78,11 +84,31 @@ def test_a_leader_whose_clock_jumps_plans_nothing_from_it(
         run_at=datetime.now(UTC) + timedelta(hours=2.5),
         far=True,
     )
-    create_jobs(dsns, [later])
+    # Due now: the first jumped leader runs them into today's history partition.
+    done = [job_on(shardmap.ShardMap(len(dsns)), s, sink.url) for s in range(len(dsns))]
+    create_jobs(dsns, [later, *done])
+    partitions = {r[0] for r in rows(dsns, PARTITIONS)}
 
-    for name, offset in (("ahead", "+2h"), ("behind", "-2h")):
+    for name, offset in (("ahead", "+2h"), ("behind", "-2h"), ("days-ahead", "+3d")):
         worker = jumped_worker(procs, f"worker-{name}", offset)
         worker.wait_ready()
+        if name == "ahead":
+            wait_for(lambda: finished(dsns, done) == len(done), timeout=30, what="the due jobs")
+        if name == "days-ahead":
+            # A job finished while this leader's janitor has run on every shard.
+            live = job_on(shardmap.ShardMap(len(dsns)), 1, sink.url)
+            create_jobs(dsns, [live])
+            done.append(live)
+            wait_for(lambda: finished(dsns, [live]) == 1, timeout=30, what="the live job")
+            wait_for(
+                lambda w=worker: all(
+                    w.metric(LAST_PASS, loop="janitor", shard=str(s)) > 0 for s in range(len(dsns))
+                ),
+                timeout=30,
+                what="a janitor pass on every shard",
+            )
+            assert history(dsns, done) == {text_id(p): [("SUCCEEDED", 1)] for p in done}
+            assert partitions <= {r[0] for r in rows(dsns, PARTITIONS)}
 
         def planned_or_refused(worker: VakitProcess = worker) -> bool:
             # Three refused passes, or a pass that planned from the jumped clock.
