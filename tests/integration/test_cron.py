@@ -612,6 +612,13 @@ async def test_a_pass_is_refused_across_a_clock_jump(store: PgStore, shard_dsns:
     after = REGISTRY.get_sample_value("vakit_cron_clock_skew_refusals_total", {"shard": "0"}) or 0.0
     assert after == before + 1
     assert occurrences(shard_dsns) == []
+    # Two hours behind: planning from it would hold every slot back two
+    # hours. Refused and counted too.
+    m.clock = FakeClock(datetime.now(UTC) - timedelta(hours=2))
+    assert sum([await m.run_once(s) for s in range(2)]) == 0
+    behind = REGISTRY.get_sample_value("vakit_cron_clock_skew_refusals_total", {"shard": "0"}) or 0.0
+    assert behind == after + 1
+    assert occurrences(shard_dsns) == []
     # The same materializer on a sane clock works (the slot is within the
     # 60 s lookahead of now).
     m.clock = FakeClock(datetime.now(UTC))
