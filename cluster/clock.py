@@ -9,10 +9,11 @@ the authority for leases; queries take an optional ``now`` parameter
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-__all__ = ["Clock", "FakeClock", "SystemClock", "check_aware", "utc"]
+__all__ = ["AnchoredClock", "Clock", "FakeClock", "SystemClock", "check_aware", "utc"]
 
 
 class Clock(Protocol):
@@ -24,6 +25,38 @@ class Clock(Protocol):
 class SystemClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+
+class AnchoredClock:
+    """The shards' time, carried forward by this host's monotonic clock.
+
+    A worker holds each claimed job until its ``run_at`` and renews leases
+    that ``now()`` of the shard set. Read off this host's wall clock, a clock
+    two hours behind held due jobs for two hours while their leases ran out
+    (after ``max_attempts`` expiries they failed, never fired), and a clock
+    ahead fired them early. Anchored at a reading of a shard's ``now()`` and
+    advanced by ``time.monotonic()``, which a wall-clock step leaves alone,
+    it agrees with the shards whatever this host's wall clock does; the
+    worker anchors it again now and then, so drift stays small. Until the
+    first anchor it is the system clock."""
+
+    def __init__(self) -> None:
+        self._anchor: tuple[datetime, float] | None = None
+
+    def anchor(self, database_now: datetime, at: float) -> None:
+        """``database_now`` was the shards' time at monotonic instant ``at``."""
+        self._anchor = (utc(database_now), at)
+
+    def offset_seconds(self) -> float:
+        """How far this clock is ahead of the host's wall clock."""
+        return (self.now() - datetime.now(UTC)).total_seconds()
+
+    def now(self) -> datetime:
+        anchor = self._anchor
+        if anchor is None:
+            return datetime.now(UTC)
+        base, at = anchor
+        return base + timedelta(seconds=time.monotonic() - at)
 
 
 class FakeClock:

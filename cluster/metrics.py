@@ -55,6 +55,7 @@ __all__ = [
     "TARGET_CALL_SECONDS",
     "TARGET_FIRES",
     "TARGET_WAITING",
+    "WORKER_CLOCK_OFFSET",
     "ZK_SESSION_STATE",
     "cron_label",
     "declare_labels",
@@ -222,6 +223,12 @@ CRON_CLOCK_SKEW_REFUSED = Counter(
     "Materializer passes not run because this process's clock and the shard's "
     "now() disagreed by more than the bound (a clock jump would misfire slots).",
     ["shard"],
+)
+WORKER_CLOCK_OFFSET = Gauge(
+    "vakit_worker_clock_offset_seconds",
+    "The shards' now() minus this host's wall clock, as the worker last measured "
+    "it; the worker fires by the shards' time, so a large value is a host clock "
+    "to fix, not late jobs.",
 )
 CRON_SKIPPED = Counter(
     "vakit_cron_skipped_total",

@@ -17,8 +17,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import cluster
 from cluster import metrics
+from cluster.clock import AnchoredClock
 from cluster.config import Settings
 from cluster.coordination.base import Coordinator, Member, StaticCoordinator
+from cluster.errors import VakitError
 from cluster.leader.backlog import BacklogProbe
 from cluster.leader.janitor import Janitor
 from cluster.leader.loop import LeaderLoop
@@ -139,6 +141,38 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
+# How often the worker's clock is anchored again to a shard's now(): the
+# monotonic clock drifts by parts per million, a wall clock can step by hours.
+ANCHOR_SECONDS = 30.0
+
+
+async def anchor_clock(clock: AnchoredClock, crons: PgCronStore, shard_count: int) -> bool:
+    """Anchor ``clock`` at the first shard that answers; False if none did."""
+    for shard in range(shard_count):
+        before = time.monotonic()
+        try:
+            database_now = await crons.database_now(shard)
+        except VakitError as exc:
+            log.warning("clock anchor: %s", exc, extra={"shard": shard})
+            continue
+        # Read halfway through the round trip, as well as one reading can tell.
+        clock.anchor(database_now, (before + time.monotonic()) / 2)
+        metrics.WORKER_CLOCK_OFFSET.set(clock.offset_seconds())
+        return True
+    return False
+
+
+async def keep_anchored(
+    clock: AnchoredClock, crons: PgCronStore, shard_count: int, stopping: asyncio.Event
+) -> None:
+    while not stopping.is_set():
+        anchored = await anchor_clock(clock, crons, shard_count)
+        try:
+            await asyncio.wait_for(stopping.wait(), timeout=ANCHOR_SECONDS if anchored else 1.0)
+        except TimeoutError:
+            pass
+
+
 async def run_worker(settings: Settings) -> None:
     """A worker process: claim loops, heartbeats, leader-only maintenance."""
     worker_id = settings.worker_id or default_worker_id()
@@ -162,17 +196,23 @@ async def run_worker(settings: Settings) -> None:
     metrics.declare_labels(
         targets=[*settings.metrics_targets, *settings.target_limits], crons=settings.metrics_crons
     )
-    worker = Worker(settings, store, coordinator, targets, worker_id=worker_id)
+    # The worker holds jobs until their run_at and renews leases by the
+    # shards' clock, whatever this host's wall clock says (AnchoredClock).
+    clock = AnchoredClock()
+    crons = PgCronStore(store)
+    await anchor_clock(clock, crons, store.shard_count)
+    worker = Worker(settings, store, coordinator, targets, clock=clock, worker_id=worker_id)
     tune_gc()
     lag = asyncio.create_task(watch_event_loop())
     stopping = asyncio.Event()
+    anchoring = asyncio.create_task(keep_anchored(clock, crons, store.shard_count, stopping))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     runner = await _serve_ops(settings, worker.polling.is_set)
     n = store.shard_count
     materializer = Materializer(
-        PgCronStore(store),
+        crons,
         lookahead_seconds=settings.cron_lookahead_seconds,
         max_lookahead_seconds=settings.cron_max_lookahead_seconds,
         misfire_threshold_seconds=settings.cron_misfire_threshold_seconds,
@@ -205,7 +245,7 @@ async def run_worker(settings: Settings) -> None:
     started = time.monotonic()
     log.info("worker stopping", extra={"worker_id": worker_id})
     await worker.stop()
-    await asyncio.gather(*loop_tasks, return_exceptions=True)
+    await asyncio.gather(*loop_tasks, anchoring, return_exceptions=True)
     for target in targets.values():
         await target.close()
     await asyncio.to_thread(coordinator.stop)

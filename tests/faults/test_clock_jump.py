@@ -7,11 +7,15 @@ Planning from that clock would, with a two-hour jump ahead, count two hours
 of a minutely cron's slots as missed (SKIP drops them for good) and bring far
 jobs due in more than an hour into the hot table. A third leader is three days
 ahead with a two-day retention: a history janitor that took "today" from it
-would drop today's partition, which the live completions write into.
+would drop today's partition, which the live completions write into. Each
+leader also fires jobs due now: held until their run_at by a clock two hours
+behind, they lost their leases unfired and FAILED.
 Invariants: the materializer refuses every pass across the jump and counts it
 (``vakit_cron_clock_skew_refusals_total``), the mover plans from the
 database's clock, the janitor drops no day the completions write into (its
-"today" is the database's) and no finished job is lost, and once the
+"today" is the database's) and no finished job is lost, every job due now
+succeeds at its first attempt, fired once (the worker holds jobs by the
+shards' clock: ``cluster.clock.AnchoredClock``), and once the
 leader's clock is right the cron's next slot is materialized, once, with
 nothing missed. The time from the fix to the slot's occurrence is printed.
 """
@@ -26,6 +30,7 @@ import httpx
 import pytest
 
 import shardmap
+from cluster.model import CreateJobParams
 from tests.faults.test_worker_faults import finished, history, text_id
 from tests.helpers import wait_for
 from tests.procs import TOKEN, FaultSink, ProcessHarness, VakitProcess
@@ -84,31 +89,39 @@ def test_a_leader_whose_clock_jumps_plans_nothing_from_it(
         run_at=datetime.now(UTC) + timedelta(hours=2.5),
         far=True,
     )
-    # Due now: the first jumped leader runs them into today's history partition.
-    done = [job_on(shardmap.ShardMap(len(dsns)), s, sink.url) for s in range(len(dsns))]
-    create_jobs(dsns, [later, *done])
+    create_jobs(dsns, [later])
     partitions = {r[0] for r in rows(dsns, PARTITIONS)}
+    done: list[CreateJobParams] = []
 
     for name, offset in (("ahead", "+2h"), ("behind", "-2h"), ("days-ahead", "+3d")):
         worker = jumped_worker(procs, f"worker-{name}", offset)
         worker.wait_ready()
-        if name == "ahead":
-            wait_for(lambda: finished(dsns, done) == len(done), timeout=30, what="the due jobs")
+        # Jobs due now on every shard: fired at once, by the shards' clock
+        # (held by a clock behind, they would lose their leases unfired).
+        due = [job_on(shardmap.ShardMap(len(dsns)), s, sink.url) for s in range(len(dsns))]
+        create_jobs(dsns, due)
+        done += due
+
+        def ran(due: list[CreateJobParams] = due) -> bool:
+            return finished(dsns, due) == len(due)
+
+        wait_for(ran, timeout=30, what=f"{name}: the jobs due now")
         if name == "days-ahead":
-            # A job finished while this leader's janitor has run on every shard.
-            live = job_on(shardmap.ShardMap(len(dsns)), 1, sink.url)
-            create_jobs(dsns, [live])
-            done.append(live)
-            wait_for(lambda: finished(dsns, [live]) == 1, timeout=30, what="the live job")
-            wait_for(
-                lambda w=worker: all(
-                    w.metric(LAST_PASS, loop="janitor", shard=str(s)) > 0 for s in range(len(dsns))
-                ),
-                timeout=30,
-                what="a janitor pass on every shard",
-            )
-            assert history(dsns, done) == {text_id(p): [("SUCCEEDED", 1)] for p in done}
+
+            def janitor_ran(worker: VakitProcess = worker) -> bool:
+                return all(
+                    worker.metric(LAST_PASS, loop="janitor", shard=str(s)) > 0
+                    for s in range(len(dsns))
+                )
+
+            # Its janitor's "today" is the database's: no day dropped that
+            # the completions write into, every finished job's history kept.
+            wait_for(janitor_ran, timeout=30, what="a janitor pass on every shard")
             assert partitions <= {r[0] for r in rows(dsns, PARTITIONS)}
+        assert history(dsns, done) == {text_id(p): [("SUCCEEDED", 1)] for p in done}
+        assert {text_id(p): len(sink.by_job()[text_id(p)]) for p in due} == {
+            text_id(p): 1 for p in due
+        }
 
         def planned_or_refused(worker: VakitProcess = worker) -> bool:
             # Three refused passes, or a pass that planned from the jumped clock.
