@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -63,21 +64,34 @@ class Completer:
         self._started = started
         self._give_up = give_up
         self._on_written = on_written
-        self._results: asyncio.Queue[Any] = asyncio.Queue()  # JobResult or _DRAINED
+        # JobResult or _DRAINED. A deque and an event rather than an
+        # asyncio.Queue: every firing puts one, and the queue's put and get
+        # cost 0.37 us against 0.05 (its bookkeeping serves join(), unused).
+        self._results: deque[Any] = deque()
+        self._ready = asyncio.Event()
 
     def put(self, result: JobResult) -> None:
-        self._results.put_nowait(result)
+        self._results.append(result)
+        if not self._ready.is_set():
+            self._ready.set()
 
     def drain(self) -> None:
         """Write everything queued so far, then end :meth:`run`."""
-        self._results.put_nowait(_DRAINED)
+        self.put(_DRAINED)
+
+    async def _next(self) -> Any:
+        """The oldest queued outcome (or the drained marker), once there is one."""
+        while not self._results:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._results.popleft()
 
     def _take_batch(self, first: JobResult | None) -> tuple[list[JobResult], bool]:
         """Up to a batch of queued outcomes; True when the drained marker was met."""
         batch = [first] if first is not None else []
         results = self._results
-        while len(batch) < self._batch and not results.empty():
-            item = results.get_nowait()
+        while len(batch) < self._batch and results:
+            item = results.popleft()
             if item is _DRAINED:
                 return batch, True
             batch.append(item)
@@ -85,7 +99,7 @@ class Completer:
 
     async def flush_once(self, wait: bool = True) -> int:
         """Write one batch of outcomes; returns how many were written."""
-        first = await self._results.get() if wait else None
+        first = await self._next() if wait else None
         batch, _ = self._take_batch(first)
         return await self.write(batch)
 
@@ -153,7 +167,7 @@ class Completer:
         """Write outcomes until :meth:`drain`; everything queued before it is
         written, nothing is cancelled mid-batch."""
         while True:
-            first = await self._results.get()
+            first = await self._next()
             if first is _DRAINED:
                 return
             if self._linger:
