@@ -38,7 +38,6 @@ from cluster.model import (
     ClaimedJob,
     ClaimParams,
     JobResult,
-    Lease,
     Outcome,
     ReleaseParams,
     RevokeReplacedParams,
@@ -398,9 +397,7 @@ class Worker:
         else:
             outcome, delay = Outcome.FAILED, 0.0
         # Positional: a named tuple made with keywords costs half as much again.
-        return JobResult(
-            Lease(job.id, job.attempt), outcome, self.worker_id, started, lateness, result.error, delay
-        )
+        return JobResult(job.lease, outcome, self.worker_id, started, lateness, result.error, delay)
 
     # -- complete ------------------------------------------------------------------
 
