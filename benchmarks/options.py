@@ -171,13 +171,13 @@ def settings_in_effect(env: dict[str, str]) -> dict[str, Any]:
     return settings.model_dump(include=set(WORKER_SETTING_NAMES))
 
 
-# Settings that hold secrets: a report and a printed figure say they were set.
-_SECRET_SETTINGS = frozenset({"VAKIT_SIGNING_SECRETS", "VAKIT_API_TOKENS", "VAKIT_OPERATOR_TOKENS"})
-
-
 def shown_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` as a report shows it: secrets replaced by ``(set)``."""
-    return {k: "(set)" if k in _SECRET_SETTINGS else v for k, v in env.items()}
+    """``env`` as a report shows it: the settings that hold secrets
+    (:data:`cluster.config.SECRET_SETTINGS`) replaced by ``(set)``."""
+    from cluster.config import SECRET_SETTINGS
+
+    secret = {f"VAKIT_{name.upper()}" for name in SECRET_SETTINGS}
+    return {k: "(set)" if k in secret else v for k, v in env.items()}
 
 
 def knobs_label(spec: ClusterSpec) -> str:

@@ -52,14 +52,14 @@ def _split_list(value: Any) -> Any:
     return value
 
 
-
 # Settings whose items hold secrets (a token, a signing key): an error names
-# the item by its place, never by its text, which would reach logs.
-_SECRET_FIELDS = frozenset({"api_tokens", "operator_tokens", "signing_secrets"})
+# the item by its place, never by its text, which would reach logs; the
+# benchmarks' reports say only that they were set.
+SECRET_SETTINGS = frozenset({"api_tokens", "operator_tokens", "signing_secrets"})
 
 
 def _shown(item: str, n: int, field: str | None) -> str:
-    if field in _SECRET_FIELDS:
+    if field in SECRET_SETTINGS:
         return f"item {n} ({len(item)} characters, not shown: it holds a secret)"
     return repr(item)
 
@@ -201,8 +201,9 @@ class Settings(BaseSettings):
     # Most outcomes one completion statement writes. One statement per shard
     # is in flight at a time, and each durable commit waits for its WAL
     # flush: with one owner per shard, 500 rows a statement left a 100,000-job
-    # wave's completions waiting on that chain (drain 27,400-30,200 jobs/s
-    # against 33,200-51,900 at 2,000). Under light load a statement writes
+    # wave's completions waiting on that chain (a COPYed NOOP wave, durable
+    # shards, ZooKeeper: drain 27,400-30,200 jobs/s against 33,200-51,900 at
+    # 2,000; a million-cron wave 15,883 against 26,159). Under light load a statement writes
     # what arrived within complete_linger, whatever this ceiling.
     complete_batch: int = Field(2000, ge=1)
     complete_linger: float = Field(0.005, ge=0)
