@@ -163,14 +163,21 @@ async def anchor_clock(clock: AnchoredClock, crons: PgCronStore, shard_count: in
 
 
 async def keep_anchored(
-    clock: AnchoredClock, crons: PgCronStore, shard_count: int, stopping: asyncio.Event
+    clock: AnchoredClock,
+    crons: PgCronStore,
+    shard_count: int,
+    stopping: asyncio.Event,
+    anchored: bool,
 ) -> None:
-    while not stopping.is_set():
-        anchored = await anchor_clock(clock, crons, shard_count)
+    """Anchor ``clock`` again every ANCHOR_SECONDS, or every second while no
+    shard has answered; ``anchored``: the start-up anchor succeeded."""
+    while True:
         try:
             await asyncio.wait_for(stopping.wait(), timeout=ANCHOR_SECONDS if anchored else 1.0)
+            return
         except TimeoutError:
             pass
+        anchored = await anchor_clock(clock, crons, shard_count)
 
 
 async def run_worker(settings: Settings) -> None:
@@ -200,12 +207,15 @@ async def run_worker(settings: Settings) -> None:
     # shards' clock, whatever this host's wall clock says (AnchoredClock).
     clock = AnchoredClock()
     crons = PgCronStore(store)
-    await anchor_clock(clock, crons, store.shard_count)
+    anchored = await anchor_clock(clock, crons, store.shard_count)
     worker = Worker(settings, store, coordinator, targets, clock=clock, worker_id=worker_id)
     tune_gc()
     lag = asyncio.create_task(watch_event_loop())
     stopping = asyncio.Event()
-    anchoring = asyncio.create_task(keep_anchored(clock, crons, store.shard_count, stopping))
+    # The start-up anchor above is the first; this one keeps it fresh.
+    anchoring = asyncio.create_task(
+        keep_anchored(clock, crons, store.shard_count, stopping, anchored)
+    )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
