@@ -110,6 +110,7 @@ def observe_many(child: Any, values: Iterable[float]) -> None:
         if n:
             child._buckets[i].inc(n)
 
+
 BUILD_INFO = Gauge(
     "vakit_build_info",
     "Always 1; the labels say which Vakit version and Python this process runs.",

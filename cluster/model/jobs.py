@@ -81,7 +81,7 @@ class Outcome(StrEnum):
 class CreateJobParams(NamedTuple):
     """One job to write. A named tuple, as :class:`ClaimedJob` is: a batch
     create makes a thousand, and a frozen dataclass sets each field through
-    ``object.__setattr__`` (3 us a job here, a tuple a fifth of that)."""
+    ``object.__setattr__`` (3.0 us a job here, a tuple 1.7 us)."""
 
     id: uuid.UUID
     owner: str
