@@ -139,7 +139,8 @@ def create_app(
         RequestAccounting,
         settings=settings,
         fast_routes={
-            ("POST", job_routes.CREATE_PATH): functools.partial(job_routes.create_fast, ctx)
+            ("POST", job_routes.CREATE_PATH): functools.partial(job_routes.create_fast, ctx),
+            ("POST", job_routes.BATCH_PATH): functools.partial(job_routes.create_batch_fast, ctx),
         },
     )
     app.include_router(job_routes.router)

@@ -26,9 +26,19 @@ class HeadWithBody:
     """A transport that holds a response head until the next write (or the
     end of the event loop's turn) and writes the two together."""
 
-    __slots__ = ("_transport", "_loop", "_head", "get_extra_info", "is_closing",
-                 "pause_reading", "resume_reading", "set_protocol", "get_protocol",
-                 "get_write_buffer_size", "abort")  # fmt: skip
+    __slots__ = (
+        "_head",
+        "_loop",
+        "_transport",
+        "abort",
+        "get_extra_info",
+        "get_protocol",
+        "get_write_buffer_size",
+        "is_closing",
+        "pause_reading",
+        "resume_reading",
+        "set_protocol",
+    )  # fmt: skip
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport

@@ -3,6 +3,8 @@ job id already issued (it would route to the wrong shard)."""
 
 from __future__ import annotations
 
+import os
+import pickle
 import uuid
 
 import pytest
@@ -76,3 +78,34 @@ def test_slot_range_checked() -> None:
         shardmap.new_uuid(4096)
     with pytest.raises(ValueError):
         shardmap.ShardMap(0)
+
+
+def test_ids_are_uuids_as_the_constructor_makes_them() -> None:
+    made = shardmap.new_uuid(7, unix_ms=1_700_000_000_000)
+    same = uuid.UUID(int=made.int)
+    assert made == same and hash(made) == hash(same) and str(made) == str(same)
+    assert made.version == 7 and made.variant == uuid.RFC_4122
+    assert pickle.loads(pickle.dumps(made)) == made
+
+
+def test_ids_stay_unique_across_buffer_refills() -> None:
+    # 409 ids use one 4 KiB read of random bytes: 5,000 cross many refills.
+    ids = [shardmap.new_uuid(3, unix_ms=1) for _ in range(5_000)]
+    assert len(set(ids)) == len(ids)
+
+
+def test_a_forked_child_draws_other_ids_than_its_parent() -> None:
+    shardmap.new_uuid()  # the parent's buffer holds unused random bytes
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        os.close(read)
+        os.write(write, b"".join(shardmap.new_uuid(1, unix_ms=1).bytes for _ in range(50)))
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    child = {data[i : i + 16] for i in range(0, len(data), 16)}
+    parent = {shardmap.new_uuid(1, unix_ms=1).bytes for _ in range(50)}
+    assert len(child) == 50 and not child & parent
