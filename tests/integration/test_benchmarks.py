@@ -230,3 +230,26 @@ def test_sustained_load_through_the_batch_api_reports(
     assert report["counts"] == {"SUCCEEDED": 200}
     assert report["retried_jobs"] == 0
     assert report["settings"]["source"] == "api:batch(10)"
+
+
+def test_floor_measures_both_apps_and_leaves_no_table(bench_dsns: list[str]) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    import psycopg
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.floor", "--dsn", bench_dsns[0], "--rate", "100",
+         "--duration", "1", "--port", str(port)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split("]")[0] for line in lines] == ["floor[bare", "floor[insert"]
+    assert all("server cpu/request:" in line for line in lines)
+    with psycopg.connect(bench_dsns[0]) as conn:
+        assert conn.execute("SELECT to_regclass('bench_floor')").fetchone() == (None,)
