@@ -80,12 +80,11 @@ class TimingWheel:
         self._buckets: dict[int, list[InFlight]] = {}
         self.timers: dict[int, asyncio.TimerHandle] = {}
         # Per tick whose tasks are being made: the gates made so far (each
-        # for at most a slice of tasks) and how many of the tick's jobs have
-        # their task. Gates of ticks being released, until all are open.
+        # for at most a slice of tasks; kept until all are open) and how
+        # many of the tick's jobs have their task.
         self._prestarts: dict[int, asyncio.TimerHandle] = {}
         self._gates: dict[int, list[_Gate]] = {}
         self._prepared: dict[int, int] = {}
-        self._opening: dict[int, list[_Gate]] = {}
         # Preloaded jobs per tick, so that releasing a tick updates the count
         # without a pass over its jobs (every microsecond at the instant is
         # lateness of the last job).
@@ -131,7 +130,7 @@ class TimingWheel:
         the worker releases it as a job never fired."""
         for handle in (*self.timers.values(), *self._prestarts.values()):
             handle.cancel()
-        for gates in (*self._gates.values(), *self._opening.values()):
+        for gates in self._gates.values():
             for gate in gates:
                 if not gate.future.done():
                     gate.take_back()
@@ -139,7 +138,6 @@ class TimingWheel:
         self._prestarts.clear()
         self._gates.clear()
         self._prepared.clear()
-        self._opening.clear()
         self._buckets.clear()
         self._preloaded_in.clear()
         self.preloaded = 0
@@ -182,13 +180,11 @@ class TimingWheel:
             prestart.cancel()
         self.preloaded -= self._preloaded_in.pop(tick, 0)
         entries = self._buckets.pop(tick, [])
-        gates = self._gates.pop(tick, [])
+        gates = self._gates.get(tick, [])  # dropped once all are open
         prepared = self._prepared.pop(tick, 0)
         if len(entries) > self._slice:
             self._starting += 1
             self.all_started.clear()
-        if gates:
-            self._opening[tick] = gates
         self._open(tick, gates, 0, entries, prepared)
 
     def _open(
@@ -205,8 +201,8 @@ class TimingWheel:
             # After the tasks just let through have taken their step.
             asyncio.get_running_loop().call_soon(self._open, tick, gates, index + 1, entries, prepared)
             return
-        if self._opening.get(tick) is gates:
-            del self._opening[tick]
+        if self._gates.get(tick) is gates:
+            del self._gates[tick]
         self._start(entries, prepared)
 
     def _start(self, entries: list[InFlight], first: int) -> None:
