@@ -25,7 +25,6 @@ from cluster.api.context import ApiContext, Ctx, Owner
 from cluster.api.openapi import problem_responses
 from cluster.api.problems import problem_for, problem_response
 from cluster.api.schemas import (
-    MAX_BATCH,
     AttemptOut,
     BatchCreateJobsIn,
     BatchCreateJobsOut,
@@ -335,24 +334,21 @@ async def create_jobs_batch(body: BatchCreateJobsIn, ctx: Ctx, owner: Owner) -> 
 
 async def create_batch_fast(ctx: ApiContext, scope: Scope, body: bytes) -> Response | None:
     """The batch create's fast path, as :func:`create_fast` is the single
-    create's: a JSON object of 1 to 1,000 ``jobs`` and nothing else is
-    parsed here (orjson, then each item as the route validates it: 4.3
-    against 7.7 us an item through FastAPI's decoding and envelope model);
-    anything else, ``None``, and the declared route answers it."""
+    create's: the body is parsed with orjson and checked against the
+    route's envelope model, then each item validated as the route does (4.8
+    against 7.7 us an item through FastAPI's decoding); a body either step
+    refuses, ``None``, and the declared route answers it."""
     json_body, authorization, _ = _fast_head(scope)
     if not json_body:
         return None
     try:
-        envelope = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(envelope, dict) or envelope.keys() != {"jobs"}:
-        return None
-    jobs = envelope["jobs"]
-    if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_BATCH:
+        # The envelope's rules are the route's model's; its items are taken
+        # as they are (each is validated on its own in _create_batch).
+        envelope = BatchCreateJobsIn.model_validate(orjson.loads(body))
+    except (orjson.JSONDecodeError, ValidationError):
         return None
     try:
-        return await _create_batch(ctx, _fast_owner(ctx, scope, authorization), jobs)
+        return await _create_batch(ctx, _fast_owner(ctx, scope, authorization), envelope.jobs)
     except VakitError as exc:
         return problem_response(*problem_for(exc, where=BATCH_PATH))
 
