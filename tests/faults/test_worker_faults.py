@@ -550,6 +550,41 @@ def test_sigterm_finishes_or_releases_in_flight_jobs(
     assert b.metric(SUCCEEDED) == len(long) + len(queued)
 
 
+def test_sigterm_gives_back_preloaded_jobs_waiting_at_their_gates(
+    procs: ProcessHarness, sink: FaultSink, shard_dsns: list[str]
+) -> None:
+    # worker-a holds jobs due in a few seconds; within PRESTART (1 s) of
+    # their tick each has a task waiting at a gate. SIGTERM then, with a long
+    # grace: the tasks are taken back at once (the stop does not wait out
+    # the grace for jobs that never started), nothing fires, each job goes
+    # back with its attempt refunded, and worker-b fires each once.
+    a = procs.worker("worker-a", prefetch_seconds=30, stop_grace_seconds=60).wait_ready()
+    due = datetime.now(UTC) + timedelta(seconds=5)
+    jobs = [job_on(SHARD_MAP, i % SHARDS, sink.url, run_at=due, timeout=2) for i in range(8)]
+    create_jobs(shard_dsns, jobs)
+    wait_for(
+        lambda: [r[1:] for r in hot_rows(shard_dsns)] == [("RUNNING", 1, 3, "worker-a")] * len(jobs),
+        timeout=20,
+        what="worker-a preloading every job",
+    )
+    time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds() - 0.6))  # inside PRESTART
+    assert datetime.now(UTC) < due - timedelta(seconds=0.2)
+    assert a.terminate(timeout=20) == 0  # well inside the 60 s grace
+    assert sink.count() == 0  # nothing fired
+    left = {r[0]: r[1:] for r in hot_rows(shard_dsns)}
+    assert set(left) == {p.id for p in jobs}
+    for p in jobs:  # released at once, never fired: the attempt given back
+        assert left[p.id] == ("SCHEDULED", 1, p.max_attempts + 1, None)
+    b = procs.worker("worker-b").wait_ready()
+    wait_for(lambda: finished(shard_dsns, jobs) == len(jobs), timeout=30, what="worker-b finishing")
+    firings = sink.by_job()
+    for p in jobs:
+        assert history(shard_dsns, [p])[text_id(p)] == [("SUCCEEDED", 2)]
+        assert [f.attempt for f in firings[text_id(p)]] == [2]  # once, by worker-b
+    assert total(shard_dsns, "SELECT count(*) FROM job_attempts WHERE outcome = 'LEASE_EXPIRED'") == 0
+    assert b.metric(SUCCEEDED) == len(jobs)
+
+
 # -- 5b. SIGTERM: the last outcomes, and a shard that is down ------------------------------------
 
 
