@@ -45,11 +45,8 @@ def short_prestart(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_tasks_are_made_before_the_tick_and_run_at_it() -> None:
     r = Recorder()
-    loop = asyncio.get_running_loop()
-    due = loop.time() + 0.5
     held = [entry(i) for i in range(10)]
-    for e in held:
-        r.wheel.hold(e, due)
+    due = hold_all(r, held, 0.5)
     assert all(e.task is None for e in held)  # the prestart is 0.2 s before the tick
     await asyncio.sleep(0.4)
     assert all(e.task is not None and not e.task.done() for e in held)
@@ -77,11 +74,8 @@ async def test_a_job_held_in_the_last_stretch_gets_its_task_at_once_and_still_wa
 
 async def test_jobs_held_while_the_tasks_are_being_made_are_all_taken() -> None:
     r = Recorder(slice_size=3)
-    loop = asyncio.get_running_loop()
-    due = loop.time() + 0.25
     held = [entry(i) for i in range(7)]
-    for e in held:
-        r.wheel.hold(e, due)
+    due = hold_all(r, held, 0.25)
     await asyncio.sleep(0.06)  # the prestart (at +0.05 s) runs a slice a turn
     more = [entry(100 + i) for i in range(5)]
     for e in more:
@@ -93,11 +87,8 @@ async def test_jobs_held_while_the_tasks_are_being_made_are_all_taken() -> None:
 
 async def test_a_large_instant_opens_a_gate_a_turn_and_says_when_all_started() -> None:
     r = Recorder(slice_size=50)
-    loop = asyncio.get_running_loop()
-    due = loop.time() + 0.3
     held = [entry(i) for i in range(230)]
-    for e in held:
-        r.wheel.hold(e, due)
+    hold_all(r, held, 0.3)
     await asyncio.sleep(0.2)
     assert r.wheel.all_started.is_set() and not r.wheel.starting
     await asyncio.wait_for(_until(lambda: len(r.ran) == 230), 2)
@@ -108,10 +99,8 @@ async def test_a_large_instant_opens_a_gate_a_turn_and_says_when_all_started() -
 
 async def test_a_stop_takes_back_the_tasks_waiting_at_their_gates() -> None:
     r = Recorder()
-    loop = asyncio.get_running_loop()
     held = [entry(i) for i in range(5)]
-    for e in held:
-        r.wheel.hold(e, loop.time() + 0.3)
+    hold_all(r, held, 0.3)
     await asyncio.sleep(0.15)
     tasks = [e.task for e in held]
     assert all(t is not None for t in tasks)
@@ -124,13 +113,19 @@ async def test_a_stop_takes_back_the_tasks_waiting_at_their_gates() -> None:
 
 async def test_a_job_lost_before_its_tick_gets_no_task() -> None:
     r = Recorder()
-    loop = asyncio.get_running_loop()
     lost, kept = entry(1), entry(2)
     lost.lost = True
-    for e in (lost, kept):
-        r.wheel.hold(e, loop.time() + 0.25)
+    hold_all(r, [lost, kept], 0.25)
     await asyncio.sleep(0.4)
     assert lost.task is None and [job for job, _ in r.ran] == ["job_2"]
+
+
+def hold_all(r: Recorder, entries: list[InFlight], in_seconds: float) -> float:
+    """Hold ``entries`` for one tick ``in_seconds`` from now; the due time."""
+    due = asyncio.get_running_loop().time() + in_seconds
+    for e in entries:
+        r.wheel.hold(e, due)
+    return due
 
 
 async def _until(predicate: Any) -> None:
@@ -155,8 +150,7 @@ async def test_a_stop_while_an_instant_opens_takes_back_the_gates_still_shut() -
             r.wheel.clear()
 
     r.wheel._run = run
-    for e in held:
-        r.wheel.hold(e, loop.time() + 0.25)
+    hold_all(r, held, 0.25)  # one instant of four slices
     await asyncio.sleep(0.5)
     ran = {job for job, _ in r.ran}
     assert 10 <= len(ran) < 35  # the gates after the stop stayed shut
