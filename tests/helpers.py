@@ -9,11 +9,14 @@ import hmac
 import json
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
+
+import psycopg
 
 import shardmap
 from cluster.cron.plan import cron_slot
@@ -245,3 +248,34 @@ def cron_record(
         fingerprint=f"fp-{name}",
     )
     return dataclasses.replace(base, **over)
+
+
+def finished_history(
+    dsn: str,
+    finishes: Sequence[tuple[uuid.UUID | None, datetime]],
+    *,
+    owner: str = "svc",
+    folded_until: datetime,
+) -> None:
+    """SUCCEEDED rows straight into a shard's history, one per (cron id or
+    None, finish time), and the cron fold's watermark put at
+    ``folded_until``: what a fold test starts from, without running the jobs."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with conn.cursor() as cur, cur.copy(
+            "COPY job_history (id, owner_service, type, cron_id, scheduled_for, run_at, status, attempt,"
+            " max_attempts, timeout_seconds, target_kind, target, payload, created_at, finished_at)"
+            " FROM STDIN"
+        ) as copy:
+            for cron_id, at in finishes:
+                copy.write_row((shardmap.new_uuid(), owner, "t", cron_id, at, at, "SUCCEEDED", 1, 3, 30,
+                                "NOOP", '{"kind": "NOOP"}', "{}", at, at))  # fmt: skip
+        conn.execute("UPDATE cron_success_fold SET folded_until = %s", (folded_until,))
+
+
+def fold_watermark(dsn: str) -> datetime:
+    """The cron fold's watermark on a shard (cron_success_fold)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT folded_until FROM cron_success_fold").fetchone()
+    assert row is not None
+    at: datetime = row[0]
+    return at

@@ -23,13 +23,28 @@ from cluster.config import Settings
 from cluster.coordination.base import StaticCoordinator
 from cluster.cron.schedule import stable_jitter
 from cluster.leader.materializer import Materializer
-from cluster.model import ClaimParams, CronRecord, FinishParams, GetCronParams, JobResult, Outcome
+from cluster.model import (
+    ClaimParams,
+    CronRecord,
+    FinishParams,
+    GetCronParams,
+    JobResult,
+    LastSuccessParams,
+    Outcome,
+)
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
 from cluster.targets.http import HttpTarget
 from cluster.targets.policy import AddressPolicy
 from cluster.worker.worker import Worker
-from tests.helpers import Sink, cron_record, eventually, start_sink
+from tests.helpers import (
+    Sink,
+    cron_record,
+    eventually,
+    finished_history,
+    fold_watermark,
+    start_sink,
+)
 from tests.integration.test_api import A, B, client_for, settings_for
 
 A_OWNER = "svc-a"
@@ -623,3 +638,30 @@ async def test_a_pass_is_refused_across_a_clock_jump(store: PgStore, shard_dsns:
     # 60 s lookahead of now).
     m.clock = FakeClock(datetime.now(UTC))
     assert sum([await m.run_once(s) for s in range(2)]) == 10
+
+
+async def test_the_fold_takes_slices_of_its_limit_and_every_cron_gets_its_last_success(
+    store: PgStore, shard_dsns: list[str]
+) -> None:
+    # 2,000 successes of 40 crons at distinct instants after the watermark.
+    # With no time budget a call folds one slice: the rows up to the one
+    # fold_limit rows on. Every slice the watermark moves over holds at
+    # most fold_limit + 1 rows, none is folded twice or skipped, and every
+    # cron ends with its last success.
+    crons = PgCronStore(store)
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=30)
+    records = [cron_record(A_OWNER, f"fold-{i}", next_fire_at=base + timedelta(days=1)) for i in range(40)]
+    await crons.create_many(0, records)
+    finishes = [(records[k % 40].id, base + timedelta(milliseconds=2 * k)) for k in range(2_000)]
+    last = dict(finishes)  # each cron's latest
+    finished_history(shard_dsns[0], finishes, owner=A_OWNER, folded_until=base - timedelta(seconds=1))
+    sliced = LastSuccessParams(fold_lag_seconds=0, fold_limit=50, fold_budget_seconds=0)
+    marks = [fold_watermark(shard_dsns[0])]
+    while marks[-1] < max(last.values()) and len(marks) <= 100:
+        await crons.last_successes(0, sliced)
+        marks.append(fold_watermark(shard_dsns[0]))
+    sizes = [sum(1 for _, f in finishes if a < f <= b) for a, b in itertools.pairwise(marks)]
+    assert sum(sizes) == len(finishes) and max(sizes) <= 51 and len(sizes) >= 2_000 // 51, sizes
+    for record in records:
+        found = await crons.get(0, GetCronParams(record.id, A_OWNER))
+        assert found is not None and found.last_success_at == last[record.id]

@@ -22,7 +22,7 @@ from cluster.model import ClaimParams, CronRecord, JobSearchParams, JobStatus
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
 from cluster.store.sql import QUERIES
-from tests.helpers import job_params
+from tests.helpers import finished_history, job_params
 
 pytestmark = pytest.mark.integration
 
@@ -176,3 +176,33 @@ async def test_search_reads_scheduled_jobs_from_the_owner_index_and_running_ones
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'jobs_owner_idx'"
         ).fetchone() or ("",)
     assert "WHERE ((status)::text = 'SCHEDULED'" in indexdef, indexdef
+
+
+async def test_a_fold_slice_reads_its_own_cron_rows_and_no_other_jobs(
+    store: PgStore, shard_dsns: list[str]
+) -> None:
+    # A wave of plain jobs finished after the watermark, with a few cron
+    # occurrences among them. A slice of 100 reads about 100 history rows
+    # (migration 14's index of cron rows by finish time), not the 20,000
+    # others: with the BRIN index alone, its bound was a sort of them all.
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    finishes = [
+        (uuid.uuid4() if k % 68 == 0 else None, base + timedelta(milliseconds=10 * k))  # 299 crons'
+        for k in range(20_300)
+    ]
+    finished_history(shard_dsns[0], finishes, folded_until=base - timedelta(seconds=1))
+    with psycopg.connect(shard_dsns[0], autocommit=True) as conn:
+        conn.execute("ANALYZE job_history")
+    with psycopg.connect(shard_dsns[0]) as conn:  # the fold writes: rolled back below
+        row = conn.execute(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {QUERIES['fold_cron_successes']}".encode(),
+            {"lag": 0, "limit": 100},
+        ).fetchone()
+        conn.rollback()
+    assert row is not None
+    plan = row[0][0]["Plan"]
+    read = [n for _, n in plan_nodes(plan) if str(n.get("Relation Name", "")).startswith("job_history")]
+    assert read and all(n["Node Type"] in ("Index Scan", "Index Only Scan") for n in read), [
+        (n["Node Type"], n.get("Index Name")) for n in read
+    ]
+    assert sum(n["Actual Rows"] * n.get("Actual Loops", 1) for n in read) <= 2 * 101, read

@@ -844,16 +844,19 @@ SELECT r.id, r.scheduled_for, r.run_at, r.status, r.attempt, r.last_error, r.fin
 -- million successes of a midnight wave are folded in short transactions
 -- after it, never holding many crons' rows from the materializer (which
 -- skips a locked cron for a round) for long. `more` says the call stopped
--- at its limit. Reads add what is newer (recent_success_at). The same
+-- at its limit; %(limit)s counts cron occurrences only, the rows a fold
+-- reads. Reads add what is newer (recent_success_at). The same
 -- slice folds each cron's last result (migration 12): the status of its
 -- occurrence that finished last, cancelled ones aside.
 WITH w AS (
     SELECT folded_until FROM cron_success_fold FOR UPDATE
 ),
 bound AS (
+    -- Read in the order of job_history_cron_finished_idx (migration 14):
+    -- the slice's own cron rows, however many other jobs finished meanwhile.
     SELECT least(
              coalesce((SELECT h.finished_at FROM job_history h, w
-                        WHERE h.finished_at > w.folded_until
+                        WHERE h.cron_id IS NOT NULL AND h.finished_at > w.folded_until
                           AND h.finished_at <= now() - make_interval(secs => %(lag)s)
                         ORDER BY h.finished_at OFFSET %(limit)s LIMIT 1),
                       'infinity'),
