@@ -221,6 +221,7 @@ async def run_worker(settings: Settings) -> None:
         loop.add_signal_handler(sig, stopping.set)
     runner = await _serve_ops(settings, worker.polling.is_set)
     n = store.shard_count
+    backlog = BacklogProbe(store)
     materializer = Materializer(
         crons,
         lookahead_seconds=settings.cron_lookahead_seconds,
@@ -232,6 +233,7 @@ async def run_worker(settings: Settings) -> None:
         far_horizon_seconds=settings.far_horizon_seconds,
         max_clock_skew_seconds=settings.cron_max_clock_skew_seconds,
         last_success_interval_seconds=settings.cron_last_success_interval_seconds,
+        backlog=backlog.due,
     )
     # The dead-letter metric names these owners (the tenants), any other 'other'.
     tenants = frozenset(settings.api_tokens.values())
@@ -239,7 +241,7 @@ async def run_worker(settings: Settings) -> None:
         LeaderLoop(Reaper(store, owners=tenants), coordinator, n, settings.reaper_interval),
         LeaderLoop(Mover(store, settings.far_horizon_seconds), coordinator, n, 5.0),
         LeaderLoop(Janitor(store, settings.history_retention_days), coordinator, n, 3600.0),
-        LeaderLoop(BacklogProbe(store), coordinator, n, 5.0, owners_too=True),
+        LeaderLoop(backlog, coordinator, n, 5.0, owners_too=True),
         LeaderLoop(
             materializer,
             coordinator,

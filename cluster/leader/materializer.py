@@ -34,7 +34,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
 from cluster import metrics
@@ -94,6 +94,9 @@ class Materializer:
         last_success_interval_seconds: float = 60.0,
         pass_budget_seconds: float = 15.0,
         last_success_series: int = 1000,
+        backlog: Callable[[int], int | None] | None = None,
+        fold_defer_backlog: int = 10_000,
+        max_fold_deferral_seconds: float = 300.0,
     ) -> None:
         self.crons = crons
         self.clock = clock or SystemClock()
@@ -109,6 +112,11 @@ class Materializer:
         self.last_success_interval = last_success_interval_seconds
         self.pass_budget = pass_budget_seconds
         self.last_success_series = last_success_series
+        self.backlog = backlog
+        self.fold_defer_backlog = fold_defer_backlog
+        self.max_fold_deferral = max_fold_deferral_seconds
+        # Since when each shard's export has waited for a backlog to drain.
+        self._deferred_since: dict[int, float] = {}
         self.schedules = ScheduleCache()
         self._rate: dict[int, float] = {}  # crons planned and written per second, by shard
         self._seen: dict[int, float] = {}  # monotonic time of each shard's last pass
@@ -383,6 +391,9 @@ class Materializer:
         last = self._exported_at.get(shard)
         if last is not None and time.monotonic() - last < self.last_success_interval:
             return
+        if self._fold_waits(shard):
+            return
+        self._deferred_since.pop(shard, None)
         self._exported_at[shard] = time.monotonic()
         oldest = await self.crons.last_successes(shard, LastSuccessParams(self.last_success_series))
         current: dict[str, float] = {}
@@ -395,11 +406,31 @@ class Materializer:
         self._exported[shard] = current
         self._publish(previous.keys() | current.keys())
 
+    def _fold_waits(self, shard: int) -> bool:
+        """The export folds the history into the crons first: after a
+        million-cron wave, a million cron rows rewritten, up to 2 s of the
+        shard a call (fold_budget_seconds). While the wave drains (the
+        shard's due backlog, as this process's backlog probe last read it,
+        is over ``fold_defer_backlog``) that is CPU taken from the claims
+        and completions that start jobs on time, so it waits; at most
+        ``max_fold_deferral`` seconds, as the silent-cron alert counts in
+        hours and a shard that stays behind must not silence it."""
+        due = self.backlog(shard) if self.backlog is not None else None
+        if due is None or due <= self.fold_defer_backlog:
+            return False
+        now = time.monotonic()
+        since = self._deferred_since.get(shard)
+        if since is None:
+            self._deferred_since[shard] = since = now
+            log.info("cron fold waits for the backlog to drain", extra={"shard": shard, "backlog": due})
+        return now - since < self.max_fold_deferral
+
     def forget(self, shard: int) -> None:
         """This worker no longer leads ``shard``: its crons' series are the
         new leader's to export (a stale copy here would outlive a delete)."""
         self._publish(self._exported.pop(shard, {}).keys())
         self._exported_at.pop(shard, None)
+        self._deferred_since.pop(shard, None)
         self._seen.pop(shard, None)
         self._started.pop(shard, None)
 
