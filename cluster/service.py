@@ -28,6 +28,7 @@ from cluster.leader.materializer import Materializer
 from cluster.leader.mover import Mover
 from cluster.leader.reaper import Reaper
 from cluster.looplag import watch_event_loop
+from cluster.model import BacklogParams
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
 from cluster.targets import Target
@@ -221,7 +222,9 @@ async def run_worker(settings: Settings) -> None:
         loop.add_signal_handler(sig, stopping.set)
     runner = await _serve_ops(settings, worker.polling.is_set)
     n = store.shard_count
-    backlog = BacklogProbe(store)
+    async def due_backlog(shard: int) -> int:
+        return (await store.backlog(shard, BacklogParams())).due
+
     materializer = Materializer(
         crons,
         lookahead_seconds=settings.cron_lookahead_seconds,
@@ -233,7 +236,7 @@ async def run_worker(settings: Settings) -> None:
         far_horizon_seconds=settings.far_horizon_seconds,
         max_clock_skew_seconds=settings.cron_max_clock_skew_seconds,
         last_success_interval_seconds=settings.cron_last_success_interval_seconds,
-        backlog=backlog.due,
+        backlog=due_backlog,
     )
     # The dead-letter metric names these owners (the tenants), any other 'other'.
     tenants = frozenset(settings.api_tokens.values())
@@ -241,7 +244,7 @@ async def run_worker(settings: Settings) -> None:
         LeaderLoop(Reaper(store, owners=tenants), coordinator, n, settings.reaper_interval),
         LeaderLoop(Mover(store, settings.far_horizon_seconds), coordinator, n, 5.0),
         LeaderLoop(Janitor(store, settings.history_retention_days), coordinator, n, 3600.0),
-        LeaderLoop(backlog, coordinator, n, 5.0, owners_too=True),
+        LeaderLoop(BacklogProbe(store), coordinator, n, 5.0, owners_too=True),
         LeaderLoop(
             materializer,
             coordinator,

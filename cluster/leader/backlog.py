@@ -20,16 +20,9 @@ class BacklogProbe:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._due: dict[int, int] = {}
-
-    def due(self, shard: int) -> int | None:
-        """The last reading of ``shard``'s backlog here; None before the
-        first (or where this process does not own the shard)."""
-        return self._due.get(shard)
 
     async def run_once(self, shard: int) -> int:
         stats = await self.store.backlog(shard, BacklogParams())
-        self._due[shard] = stats.due
         metrics.BACKLOG.labels(str(shard)).set(stats.due)
         metrics.OLDEST_DUE_AGE.labels(str(shard)).set(stats.oldest_due_age_seconds)
         return stats.due

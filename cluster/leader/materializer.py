@@ -34,7 +34,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
 from cluster import metrics
@@ -94,7 +94,7 @@ class Materializer:
         last_success_interval_seconds: float = 60.0,
         pass_budget_seconds: float = 15.0,
         last_success_series: int = 1000,
-        backlog: Callable[[int], int | None] | None = None,
+        backlog: Callable[[int], Awaitable[int]] | None = None,
         fold_defer_backlog: int = 10_000,
         max_fold_deferral_seconds: float = 300.0,
     ) -> None:
@@ -391,7 +391,7 @@ class Materializer:
         last = self._exported_at.get(shard)
         if last is not None and time.monotonic() - last < self.last_success_interval:
             return
-        if self._fold_waits(shard):
+        if await self._fold_waits(shard):
             return
         self._deferred_since.pop(shard, None)
         self._exported_at[shard] = time.monotonic()
@@ -406,17 +406,20 @@ class Materializer:
         self._exported[shard] = current
         self._publish(previous.keys() | current.keys())
 
-    def _fold_waits(self, shard: int) -> bool:
+    async def _fold_waits(self, shard: int) -> bool:
         """The export folds the history into the crons first: after a
         million-cron wave, a million cron rows rewritten, up to 2 s of the
         shard a call (fold_budget_seconds). While the wave drains (the
-        shard's due backlog, as this process's backlog probe last read it,
-        is over ``fold_defer_backlog``) that is CPU taken from the claims
-        and completions that start jobs on time, so it waits; at most
-        ``max_fold_deferral`` seconds, as the silent-cron alert counts in
-        hours and a shard that stays behind must not silence it."""
-        due = self.backlog(shard) if self.backlog is not None else None
-        if due is None or due <= self.fold_defer_backlog:
+        shard's due backlog is over ``fold_defer_backlog``; read here, as
+        the leader need not own the shard its backlog probe reads) that is
+        CPU taken from the claims and completions that start jobs on time,
+        so it waits; at most ``max_fold_deferral`` seconds, as the
+        silent-cron alert counts in hours and a shard that stays behind
+        must not silence it."""
+        if self.backlog is None:
+            return False
+        due = await self.backlog(shard)
+        if due <= self.fold_defer_backlog:
             return False
         now = time.monotonic()
         since = self._deferred_since.get(shard)
