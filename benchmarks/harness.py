@@ -508,6 +508,14 @@ class BenchCluster:
 
     # -- SQL profile ---------------------------------------------------------------
 
+    def checkpoint(self) -> float:
+        """A CHECKPOINT on every shard, one after another; the seconds it took."""
+        started = time.monotonic()
+        for dsn in self.dsns:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(query("checkpoint"))
+        return time.monotonic() - started
+
     def reset_statement_stats(self) -> None:
         if not self.spec.statement_stats:
             return

@@ -123,6 +123,11 @@ SELECT name, current_setting(name) AS value FROM pg_settings
 -- Needs shared_preload_libraries = pg_stat_statements (``--pg-stats``).
 CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
 
+-- name: checkpoint
+-- Before a wave's instant: the wave's pages then cost the full-page images a
+-- deployment's do (wave.py, checkpoint_before_claims).
+CHECKPOINT;
+
 -- name: reset_statement_stats
 SELECT pg_stat_statements_reset();
 

@@ -100,10 +100,14 @@ def run_label(report: dict[str, Any]) -> str:
     worker knobs: every printed figure carries it, so a figure is never read
     without knowing what produced it."""
     settings = report.get("settings", {})
-    return (
+    label = (
         f"source={settings.get('source', '-')} db={settings.get('db', '-')} "
         f"knobs={settings.get('knobs', '-')}"
     )
+    checkpoint = settings.get("checkpoint_before_claims")
+    if checkpoint is not None and not checkpoint.get("done"):
+        label += " checkpoint=none"  # the wave's pages paid no full-page images (wave.py)
+    return label
 
 
 def _create_part(create: dict[str, Any]) -> str:

@@ -116,6 +116,9 @@ def test_wave_runs_every_job_once_and_reports(tmp_path: Path) -> None:
     pg = report["settings"]["postgresql"]["settings"]
     assert (pg["fsync"], pg["synchronous_commit"], pg["full_page_writes"]) == ("on", "on", "on")
     assert report["create"] is None and report["occurrences"] is None
+    # A checkpoint between the rows and the claims, as a deployment has one.
+    checkpoint = report["settings"]["checkpoint_before_claims"]
+    assert checkpoint["done"] is True and checkpoint["seconds"] >= 0, checkpoint
 
 
 def _assert_ran_once(report: dict[str, Any], jobs: int) -> None:
@@ -148,12 +151,15 @@ def test_wave_through_the_batch_api_runs_every_job_once(
 ) -> None:
     out = tmp_path / "wave-api"
     argv = ["--source", "api", "--jobs", "2000", "--owners", "3", "--create-batch", "300"]
-    argv += ["--clients", "4", "--ceiling", "none", "--unsafe-fast-db", "--out", str(out)]
-    assert wave.main(argv) == 0
+    argv += ["--clients", "4", "--ceiling", "none", "--unsafe-fast-db", "--no-checkpoint"]
+    assert wave.main([*argv, "--out", str(out)]) == 0
     # Progress without -v, while creating and while draining.
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert "jobs answered: 2,000/2,000 (100.0%)" in err and "ETA" in err, err
     assert "jobs finished: 2,000/2,000 (100.0%)" in err, err
+    # A wave left without its checkpoint says so in its summary line.
+    assert "knobs=defaults checkpoint=none]" in captured.out, captured.out
     report = _report(out)
     _assert_ran_once(report, 2000)
     _assert_created(report["create"], "jobs", 2000)
@@ -161,6 +167,7 @@ def test_wave_through_the_batch_api_runs_every_job_once(
     assert settings["source"] == "api" and settings["owners"] == 3
     assert settings["durable"] is False and settings["db"].startswith("unsafe-fast")
     assert settings["postgresql"]["settings"]["fsync"] == "off"
+    assert settings["checkpoint_before_claims"] == {"done": False, "why": "--no-checkpoint"}
     assert report["occurrences"] is None
     assert (out / "wave.png").stat().st_size > 0
 
