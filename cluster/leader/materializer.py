@@ -56,11 +56,14 @@ from cluster.model import (
 from cluster.store.base import CronStore
 from shardmap import encode_id
 
-__all__ = ["Materializer"]
+__all__ = ["FOLD_DEFER_BACKLOG", "Materializer"]
 
 log = logging.getLogger(__name__)
 
 _NOTHING_PENDING = PendingInfo(0, None)
+# Due jobs on a shard beyond which the silent-cron export (and the fold it
+# runs first) waits for the backlog to drain (Materializer._fold_waits).
+FOLD_DEFER_BACKLOG = 10_000
 # The horizon: an instant is started when its crons, at the measured rate
 # and with this factor to spare, would take longer than the time left
 # (less two passes and a few seconds of margin).
@@ -95,7 +98,7 @@ class Materializer:
         pass_budget_seconds: float = 15.0,
         last_success_series: int = 1000,
         backlog: Callable[[int], Awaitable[int]] | None = None,
-        fold_defer_backlog: int = 10_000,
+        fold_defer_backlog: int = FOLD_DEFER_BACKLOG,
         max_fold_deferral_seconds: float = 300.0,
     ) -> None:
         self.crons = crons

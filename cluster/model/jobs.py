@@ -352,6 +352,9 @@ class MoveFarParams:
 @dataclass(frozen=True)
 class BacklogParams:
     now: datetime | None = None  # None: the database's now()
+    # Count at most this many (None: the store's own cap). Who only asks
+    # "more than N?" reads N + 1 index entries, not a whole wave's.
+    cap: int | None = None
 
 
 @dataclass(frozen=True)

@@ -551,7 +551,8 @@ class MemStore:
             if not r.far and r.job.status is JobStatus.SCHEDULED and r.job.run_at <= now
         ]
         age = (now - min(due)).total_seconds() if due else 0.0
-        return BacklogStats(due=len(due), oldest_due_age_seconds=age)
+        counted = len(due) if params.cap is None else min(len(due), params.cap)
+        return BacklogStats(due=counted, oldest_due_age_seconds=age)
 
     async def start_lateness(self, shard: int, params: LatenessParams) -> list[LatenessMinute]:
         now = self._now(params.now)

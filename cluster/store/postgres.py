@@ -574,7 +574,8 @@ class PgStore(PgShards):
 
     @wrap_exceptions
     async def backlog(self, shard: int, params: BacklogParams) -> BacklogStats:
-        rows = await self.fetch(shard, "backlog", {"now": params.now, "cap": BACKLOG_CAP})
+        cap = BACKLOG_CAP if params.cap is None else params.cap
+        rows = await self.fetch(shard, "backlog", {"now": params.now, "cap": cap})
         return BacklogStats(due=rows[0]["due"], oldest_due_age_seconds=float(rows[0]["oldest_age"]))
 
     @wrap_exceptions

@@ -637,6 +637,8 @@ async def test_backlog_counts_due_unclaimed_jobs(h: Harness) -> None:
     await create(h, far=True)  # not in the hot table: not counted
     stats = await h.store.backlog(SHARD, BacklogParams(now=h.now()))
     assert stats.due == 2 and stats.oldest_due_age_seconds == pytest.approx(10.0)
+    capped = await h.store.backlog(SHARD, BacklogParams(now=h.now(), cap=1))
+    assert capped.due == 1 and capped.oldest_due_age_seconds == pytest.approx(10.0)
     await h.store.claim_jobs(SHARD, claim(h, limit=1))
     stats = await h.store.backlog(SHARD, BacklogParams(now=h.now()))
     assert stats.due == 1 and stats.oldest_due_age_seconds == pytest.approx(5.0)
