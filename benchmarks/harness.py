@@ -516,6 +516,17 @@ class BenchCluster:
                 conn.execute(query("checkpoint"))
         return time.monotonic() - started
 
+    def wal_stats(self) -> list[dict[str, int]]:
+        """Per shard: WAL records, full-page images and bytes written so far,
+        and checkpoints timed and requested (pg_stat_wal, pg_stat_bgwriter)."""
+        stats = []
+        for dsn in self.dsns:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                row = cur.execute(query("wal_stats")).fetchone()
+            stats.append({k: int(v) for k, v in (row or {}).items()})
+        return stats
+
     def reset_statement_stats(self) -> None:
         if not self.spec.statement_stats:
             return
@@ -583,6 +594,11 @@ class WindowUsage:
     cpu_seconds: dict[str, float]
     machine_busy_fraction: float
     machine_busy_seconds: float
+    # The postgres group's CPU by process kind (postgres_kind): what the
+    # statements cost (backends) apart from what ran beside them.
+    postgres_by_kind: dict[str, float] = field(default_factory=dict)
+    # CPU the hypervisor gave to other guests while ours wanted it (steal).
+    machine_steal_fraction: float = 0.0
 
     def as_dict(self, jobs: int | None = None) -> dict[str, Any]:
         """The window's figures; with ``jobs``, also CPU microseconds per job,
@@ -595,12 +611,54 @@ class WindowUsage:
             "wall_seconds": round(self.seconds, 3),
             "cpu_seconds": {k: round(v, 2) for k, v in self.cpu_seconds.items()},
             "machine_busy_fraction": round(self.machine_busy_fraction, 3),
+            "machine_steal_fraction": round(self.machine_steal_fraction, 3),
             # CPU used by processes this benchmark did not start: on a shared
             # machine, the noise in the figures.
             "other_cpu_seconds": round(max(0.0, self.machine_busy_seconds - ours), 2),
             "cpu_us_per_job": per_job,
+            "postgres_cpu_seconds_by_kind": {k: round(v, 2) for k, v in self.postgres_by_kind.items()},
             "cores": os.cpu_count(),
         }
+
+
+# PostgreSQL's process titles, by what they do; anything else of a server is
+# a backend serving a client (or the postmaster, which is nearly idle).
+_PG_KINDS = (
+    ("autovacuum worker", "autovacuum"),
+    ("autovacuum launcher", "autovacuum"),
+    ("checkpointer", "checkpointer"),
+    ("background writer", "bgwriter"),
+    ("walwriter", "walwriter"),
+)
+
+
+def wal_window(
+    before: list[dict[str, int]], after: list[dict[str, int]], jobs: int
+) -> dict[str, Any]:
+    """What the shards wrote to their WAL between two ``wal_stats()``:
+    per shard, and per job all shards together. A wave that fills
+    max_wal_size forces checkpoints in its middle (``checkpoints_req``), and
+    every page first written after one costs a full-page image."""
+    shards = [{k: a[k] - b.get(k, 0) for k in a} for b, a in zip(before, after, strict=True)]
+    total = {k: sum(s[k] for s in shards) for k in (shards[0] if shards else {})}
+    return {
+        "per_shard": shards,
+        "bytes_per_job": round(total["wal_bytes"] / jobs, 1) if jobs and total else None,
+        "fpi_per_job": round(total["wal_fpi"] / jobs, 3) if jobs and total else None,
+        "checkpoints_requested": total.get("checkpoints_req", 0),
+        "checkpoints_timed": total.get("checkpoints_timed", 0),
+    }
+
+
+def postgres_kind(title: str) -> str:
+    """What a PostgreSQL process is, from its title (``postgres:
+    autovacuum worker vakit``): autovacuum, checkpointer, bgwriter,
+    walwriter, or backends (clients' sessions, the postmaster and the rest).
+    An autovacuum run during a wave is CPU the statements did not use."""
+    for marker, kind in _PG_KINDS:
+        if marker in title:
+            return kind
+    return "backends"
 
 
 def _machine_total(times: Any) -> float:
@@ -637,6 +695,7 @@ class ProcessSampler:
         self.peak_process_rss = 0
         self.peak_sum_rss = 0
         self._cpu: dict[str, dict[int, float]] = {}
+        self._pg_kind: dict[int, str] = {}  # postgres pid -> postgres_kind
         self._began: UsageMark | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -670,6 +729,8 @@ class ProcessSampler:
                     with proc.oneshot():
                         times = proc.cpu_times()
                         rss = proc.memory_info().rss if role == "workers" else 0
+                    if role == "postgres" and proc.pid not in self._pg_kind:
+                        self._pg_kind[proc.pid] = postgres_kind(" ".join(proc.cmdline()))
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     continue
                 seen.setdefault(role, {})[proc.pid] = times.user + times.system
@@ -694,16 +755,24 @@ class ProcessSampler:
         now_machine = psutil.cpu_times()
         total = _machine_total(now_machine) - _machine_total(mark.machine)
         idle = _machine_idle(now_machine) - _machine_idle(mark.machine)
+        steal = getattr(now_machine, "steal", 0.0) - getattr(mark.machine, "steal", 0.0)
         with self._lock:
             used = {
                 role: sum(t - mark.base.get(role, {}).get(pid, 0.0) for pid, t in cpu.items())
                 for role, cpu in self._cpu.items()
             }
+            by_kind: dict[str, float] = {}
+            base = mark.base.get("postgres", {})
+            for pid, t in self._cpu.get("postgres", {}).items():
+                kind = self._pg_kind.get(pid, "backends")
+                by_kind[kind] = by_kind.get(kind, 0.0) + t - base.get(pid, 0.0)
         return WindowUsage(
             seconds=time.monotonic() - mark.monotonic,
             cpu_seconds=used,
             machine_busy_fraction=1.0 - idle / total if total > 0 else 0.0,
             machine_busy_seconds=total - idle,
+            postgres_by_kind=by_kind,
+            machine_steal_fraction=steal / total if total > 0 else 0.0,
         )
 
     def begin(self) -> None:

@@ -128,6 +128,14 @@ CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
 -- deployment's do (wave.py, checkpoint_before_claims).
 CHECKPOINT;
 
+-- name: wal_stats
+-- What a shard has written to its WAL so far (records, full-page images,
+-- bytes) and its checkpoints, timed and requested (max_wal_size reached);
+-- the wave reports the difference over its window (wave.py, wal_window).
+SELECT w.wal_records, w.wal_fpi, w.wal_bytes::bigint AS wal_bytes,
+       b.checkpoints_timed, b.checkpoints_req
+  FROM pg_stat_wal w, pg_stat_bgwriter b;
+
 -- name: reset_statement_stats
 SELECT pg_stat_statements_reset();
 

@@ -47,7 +47,14 @@ from benchmarks.cronwave import (
     slot_at_least,
     zone_schedules,
 )
-from benchmarks.harness import BenchCluster, ClusterSpec, ProcessSampler, bench_main, new_run
+from benchmarks.harness import (
+    BenchCluster,
+    ClusterSpec,
+    ProcessSampler,
+    bench_main,
+    new_run,
+    wal_window,
+)
 from benchmarks.options import add_cluster_options, cluster_spec, run_settings, settings_in_effect
 from benchmarks.outcomes import collect, figures, server_info
 from benchmarks.profile import summarize_profiles, write_summary
@@ -161,12 +168,14 @@ def run(opts: WaveOptions) -> dict[str, Any]:
             cluster.reset_statement_stats()
             cluster.start_profilers()
             sampler.begin()
+            wal_before = cluster.wal_stats()
             timeout = opts.drain_timeout or 120.0 + opts.jobs / 500.0
             _sleep_until(t_due, cluster)
             if made.watch is not None:
                 made.watch.wait(timeout=10.0)  # its last count, taken at T
             seen = cluster.wait_finished(made.expected, timeout=timeout)
             usage = sampler.end()
+            wal = wal_window(wal_before, cluster.wal_stats(), made.expected)
             log.info("%d of %d jobs finished %.1f s after T", seen, made.expected, usage.seconds)
         profiles = cluster.stop_profilers()
         profile = summarize_profiles(profiles) if profiles else None
@@ -223,6 +232,7 @@ def run(opts: WaveOptions) -> dict[str, Any]:
         "occurrences": occurrences,
         "ceilings": {mode: c.as_dict() for mode, c in ceilings.items()},
         "usage": usage.as_dict(made.expected),
+        "wal": wal,
         "worker_counters": counters,
         "sink_firings": sink_count,
         "pg_top_statements": statements,

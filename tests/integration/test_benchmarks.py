@@ -119,6 +119,17 @@ def test_wave_runs_every_job_once_and_reports(tmp_path: Path) -> None:
     # A checkpoint between the rows and the claims, as a deployment has one.
     checkpoint = report["settings"]["checkpoint_before_claims"]
     assert checkpoint["done"] is True and checkpoint["seconds"] >= 0, checkpoint
+    # PostgreSQL's CPU split by process kind adds up to the group's.
+    usage = report["usage"]
+    kinds = usage["postgres_cpu_seconds_by_kind"]
+    assert kinds["backends"] > 0, kinds
+    assert set(kinds) <= {"backends", "autovacuum", "checkpointer", "bgwriter", "walwriter"}
+    assert sum(kinds.values()) == pytest.approx(usage["cpu_seconds"]["postgres"], abs=0.05)
+    # The WAL the wave wrote, per shard: records, full-page images, bytes.
+    wal = report["wal"]
+    assert len(wal["per_shard"]) == 2
+    assert all(s["wal_records"] > 0 and s["wal_bytes"] > 0 for s in wal["per_shard"]), wal
+    assert wal["bytes_per_job"] > 0 and wal["checkpoints_requested"] >= 0
 
 
 def _assert_ran_once(report: dict[str, Any], jobs: int) -> None:
