@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import sustained, wave
+from benchmarks import doors, sustained, wave
 from benchmarks.cronwave import DEFAULT_ZONES, slot_at_least, zone_schedules
 from benchmarks.report import REPORT_KEYS
 from benchmarks.stats import percentile, summarize, timeline
@@ -181,6 +181,31 @@ def test_wave_through_the_batch_api_runs_every_job_once(
     assert settings["checkpoint_before_claims"] == {"done": False, "why": "--no-checkpoint"}
     assert report["occurrences"] is None
     assert (out / "wave.png").stat().st_size > 0
+
+
+@pytest.mark.timeout(300)
+def test_doors_runs_the_door_between_two_copy_waves_and_reports_the_ratio(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "doors"
+    argv = ["--door", "api", "--rounds", "1", "--jobs", "1000", "--owners", "2"]
+    argv += ["--ceiling", "none", "--unsafe-fast-db", "--no-checkpoint", "--out", str(out)]
+    assert doors.main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["order"] == ["copy", "api", "copy"]
+    # Three waves of their own, each run to the end, each with its report.
+    for run, source in zip(report["runs"], report["order"], strict=True):
+        assert run["source"] == source
+        assert run["drain_jobs_per_s"] > 0 and run["started_within_60s"] == 1.0
+        inner = _report(Path(run["out"]))
+        assert inner["source"] == source and inner["counts"] == {"SUCCEEDED": 1000}
+        assert inner["drain_jobs_per_s"] == run["drain_jobs_per_s"]
+    copy_before, door, copy_after = (r["drain_jobs_per_s"] for r in report["runs"])
+    ratio = door / ((copy_before + copy_after) / 2)
+    assert report["drain_vs_copy"] == [pytest.approx(ratio, abs=1e-3)]
+    assert report["drain_vs_copy_median"] == pytest.approx(ratio, abs=1e-3)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and lines[-1].startswith("doors[api vs copy]: jobs=1,000"), lines
 
 
 @pytest.mark.timeout(240)
