@@ -68,8 +68,15 @@ def unbind(token: Token[dict[str, Any]]) -> None:
 
 def bind_subject(fields: Callable[[Any], dict[str, Any]], subject: Any) -> None:
     """Every log line of the current context gets ``fields(subject)``,
-    computed when the line is written (under what :func:`bind` bound)."""
+    computed when the line is written (under what :func:`bind` bound).
+    A task's context lives as long as the task: a subject that holds the
+    task is a reference cycle until :func:`unbind_subject`."""
     _SUBJECT.set((fields, subject))
+
+
+def unbind_subject() -> None:
+    """The current context's lines are about no subject any more."""
+    _SUBJECT.set(None)
 
 
 @contextmanager

@@ -320,6 +320,12 @@ class Worker:
         except Exception:  # never let one job's bug leave it in flight forever
             log.exception("job task failed", extra=log_fields(entry))
             completer.put(self._result_for(entry, FireResult.retry("worker error"), self.clock.now(), 0.0))
+        finally:
+            # The task's context holds the entry, and the entry its task: a
+            # cycle per job that only a full collection freed (500,000
+            # objects, 190 ms, 3 s into a 100,000-job wave). Unbound, the
+            # job's objects go by reference counting.
+            logs.unbind_subject()
 
     async def _fire(self, entry: InFlight) -> JobResult | None:
         job = entry.job

@@ -378,3 +378,31 @@ async def test_stop_during_a_sliced_instant_releases_the_rest(monkeypatch: pytes
     assert done == fired  # what fired was recorded, once
     assert len(back) == 25 - len(fired)
     assert all(j.max_attempts == 2 for j in back)  # never fired: the attempt is refunded
+
+
+async def test_a_finished_job_leaves_no_reference_cycle(store: MemStore, clock: FakeClock) -> None:
+    # A job's task, its log context and its in-flight entry must be freed by
+    # reference counting: a cycle per job would be left for the collector,
+    # which walks a whole wave's worth of them at once (a pause in the
+    # middle of the next starts).
+    import gc
+
+    from cluster.worker.inflight import InFlight
+
+    for _ in range(20):
+        await add_job(store)
+    worker = make_worker(store, clock, FakeTarget())
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        assert await worker.run_once(0) == 20
+        await settle(worker)
+        assert worker.inflight_count == 0
+        gc.collect()
+        cyclic = [o for o in gc.garbage if isinstance(o, InFlight)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert cyclic == []
