@@ -24,6 +24,7 @@ health checks, completions) while a very large instant starts.
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -93,6 +94,9 @@ class TimingWheel:
         # Instants being started in slices: until the last slice, outcomes
         # and metrics wait (starts first).
         self._starting = 0
+        # The cyclic collector is off while an instant starts (see
+        # _pause_gc); True while this wheel holds it off.
+        self._gc_paused = False
         self.all_started = asyncio.Event()
         self.all_started.set()
 
@@ -141,6 +145,9 @@ class TimingWheel:
         self._buckets.clear()
         self._preloaded_in.clear()
         self.preloaded = 0
+        if self._gc_paused:  # a stop in the middle of an instant
+            self._gc_paused = False
+            gc.enable()
 
     # -- before the tick: tasks at their gates --------------------------------
 
@@ -185,7 +192,25 @@ class TimingWheel:
         if len(entries) > self._slice:
             self._starting += 1
             self.all_started.clear()
+            self._pause_gc()
         self._open(tick, gates, 0, entries, prepared)
+
+    def _pause_gc(self) -> None:
+        """No cyclic collection while an instant starts. Each of a worker's
+        50,000 starts leaves a few young objects (its outcome, its frames),
+        so the young generation filled every 12,000 starts or so, and each
+        of those collections walked 50,000 objects to free none: four pauses
+        of 8-18 ms in the first half second of a 100,000-job wave, all of
+        it lateness of the jobs after them. Reference counting frees what a
+        start leaves; the collector resumes once the instant has started."""
+        if not self._gc_paused and gc.isenabled():
+            gc.disable()
+            self._gc_paused = True
+
+    def _resume_gc(self) -> None:
+        if self._gc_paused and not self._starting:
+            self._gc_paused = False
+            gc.enable()
 
     def _open(
         self, tick: int, gates: list[_Gate], index: int, entries: list[InFlight], prepared: int
@@ -221,3 +246,5 @@ class TimingWheel:
             if not self._starting:
                 self.all_started.set()
                 self._on_all_started()
+                # After the last slice's tasks have taken their first step.
+                asyncio.get_running_loop().call_soon(self._resume_gc)

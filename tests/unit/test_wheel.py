@@ -157,3 +157,45 @@ async def test_a_stop_while_an_instant_opens_takes_back_the_gates_still_shut() -
     taken_back = [e for e in held if e.job_id not in ran]
     assert taken_back and all(e.task is None for e in taken_back)
     assert r.wheel.all_started.is_set() and not r.wheel.starting
+
+
+async def test_no_cyclic_collection_runs_while_a_large_instant_starts() -> None:
+    import gc
+
+    r = Recorder(slice_size=50)
+    collector_on: list[bool] = []
+
+    async def run(e: InFlight) -> None:
+        collector_on.append(gc.isenabled())
+
+    r.wheel._run = run
+    assert gc.isenabled()
+    hold_all(r, [entry(i) for i in range(230)], 0.25)  # five slices
+    await asyncio.wait_for(_until(lambda: len(collector_on) == 230), 2)
+    assert not any(collector_on)  # every start ran with the collector off
+    await asyncio.sleep(0.01)
+    assert gc.isenabled()  # and it is back once the instant has started
+    # A small instant (one slice) leaves the collector alone.
+    collector_on.clear()
+    hold_all(r, [entry(1000 + i) for i in range(20)], 0.25)
+    await asyncio.wait_for(_until(lambda: len(collector_on) == 20), 2)
+    assert all(collector_on)
+
+
+async def test_a_stop_in_the_middle_of_an_instant_gives_the_collector_back() -> None:
+    import gc
+
+    r = Recorder(slice_size=10)
+
+    async def run(e: InFlight) -> None:
+        r.ran.append((e.job_id, 0.0))
+        if len(r.ran) == 10:
+            assert not gc.isenabled()
+            r.stopping.set()
+            r.wheel.clear()
+            assert gc.isenabled()
+
+    r.wheel._run = run
+    hold_all(r, [entry(i) for i in range(35)], 0.25)
+    await asyncio.sleep(0.5)
+    assert len(r.ran) >= 10 and gc.isenabled()
