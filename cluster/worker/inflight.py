@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +30,12 @@ class InFlight:
     # Claimed ahead of a wave by the preloader: counted against the preload
     # budget, not against max_inflight, until the wheel releases it.
     preloaded: bool = False
+    # The job's run_at in POSIX seconds (Clock.timestamp()'s scale), made
+    # when claimed: a start's lateness is then one subtraction of floats.
+    due: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.due = self.job.run_at.timestamp()
 
     @property
     def id(self) -> uuid.UUID:

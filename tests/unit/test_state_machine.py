@@ -215,6 +215,34 @@ async def test_lateness_is_recorded_when_the_firing_starts(store: MemStore, cloc
     assert lateness_observed() == before + 1  # once per firing
 
 
+async def test_an_attempt_records_when_its_firing_started(store: MemStore, clock: FakeClock) -> None:
+    # A start reads the clock once, as POSIX seconds, and queues its outcome
+    # as the firing left it; the completer makes the attempt's record later.
+    # The record still says when the firing started, and how late.
+    p = await add_job(store)
+    clock.advance(2.5)
+    gate = asyncio.Event()
+    started: list[datetime] = []
+
+    async def slow(job: ClaimedJob) -> FireResult:
+        started.append(clock.now())
+        await gate.wait()
+        return FireResult.success()
+
+    worker = make_worker(store, clock, FakeTarget(slow))
+    await worker.run_once(0)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert started == [T0 + timedelta(seconds=2.5)]
+    clock.advance(40)  # the target answers much later
+    gate.set()
+    await settle(worker)
+    [attempt] = (await status(store, p)).attempts
+    assert attempt.started_at == T0 + timedelta(seconds=2.5)
+    assert attempt.lateness_seconds == pytest.approx(2.5)
+    assert attempt.finished_at == T0 + timedelta(seconds=42.5)
+
+
 async def test_timeout_is_retried(store: MemStore, clock: FakeClock) -> None:
     p = await add_job(store, timeout=1)
 

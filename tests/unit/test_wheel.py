@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,7 +22,9 @@ from cluster.worker.wheel import TICK, TimingWheel
 
 
 def entry(n: int) -> InFlight:
-    return InFlight(job=object(), shard=0, lease_until=datetime.now(UTC), job_id=f"job_{n}")  # type: ignore[arg-type]
+    # The wheel reads nothing of the job; the entry reads its run_at.
+    job = SimpleNamespace(run_at=datetime.now(UTC))
+    return InFlight(job=job, shard=0, lease_until=job.run_at, job_id=f"job_{n}")  # type: ignore[arg-type]
 
 
 class Recorder:
