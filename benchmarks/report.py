@@ -188,12 +188,14 @@ def plot_timeline(path: Path, series: Timeline, title: str, origin_label: str) -
     xs_p50 = [s for s, v in zip(series.seconds, series.lateness_p50, strict=True) if v is not None]
     p50 = [v for v in series.lateness_p50 if v is not None]
     top_late = [v for v in series.lateness_max if v is not None]
-    bottom.plot(xs_p50, p50, label="p50 lateness of the second's starts")
-    bottom.plot(xs_p50, top_late, label="max lateness", color="tab:red")
+    # Marked points: a wave that starts within one second has one point per
+    # line, and a line through one point is not drawn.
+    bottom.plot(xs_p50, p50, marker="o", markersize=4, label="p50 lateness of the second's starts")
+    bottom.plot(xs_p50, top_late, marker="o", markersize=4, label="max lateness", color="tab:red")
     bottom.axhline(60, color="grey", linestyle="--", linewidth=0.8, label="60 s")
     bottom.set_ylabel("start lateness (s)")
     bottom.set_xlabel(f"seconds since {origin_label}")
-    bottom.legend(loc="upper left")
+    bottom.legend(loc="best")
     if top_late and max(top_late) < 60:
         bottom.set_ylim(0, max(max(top_late) * 1.1, 0.1))
     fig.tight_layout()
