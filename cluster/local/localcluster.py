@@ -25,7 +25,7 @@ from cluster.local.childproc import find_free_port
 from cluster.local.pgserver import PgServer
 from cluster.store.migrate import migrate_shard
 
-__all__ = ["LocalCluster"]
+__all__ = ["LocalCluster", "ready_banner"]
 
 
 def _port_free(port: int) -> bool:
@@ -222,6 +222,29 @@ class LocalCluster:
         self.pg.clear()
 
 
+def ready_banner(cluster: LocalCluster, seconds: float) -> str:
+    """What `vakit up` prints once the cluster is ready: every address a
+    user or a Prometheus needs, the workers' /metrics (with their lateness
+    and firing series) as well as the API's."""
+    workers = "\n".join(
+        f"             http://127.0.0.1:{port}/metrics   (worker {i}; also /healthz, /readyz)"
+        for i, port in enumerate(cluster.worker_ports)
+    )
+    return (
+        f"\nVakit is ready in {seconds:.1f} s\n"
+        f"  API:       {cluster.api_url}/api/v1   (OpenAPI: {cluster.api_url}/openapi.json)\n"
+        f"  token:     {cluster.token}   (an operator token; acts as owner service 'demo')\n"
+        f"  metrics:   http://127.0.0.1:{cluster.api_metrics_port}/metrics   (the API; loopback only)\n"
+        + (workers + "\n" if workers else "")
+        + f"  shards:    {', '.join(cluster.dsns)}\n"
+        f"  ZooKeeper: {cluster.zk.connect_string if cluster.zk else 'off'}\n"
+        f"  Kafka:     {cluster.broker.bootstrap if cluster.broker else 'off'}\n"
+        f"  data:      {cluster.data_dir}   (logs in {cluster.data_dir / 'logs'})\n"
+        f"\n  curl -H 'Authorization: Bearer {cluster.token}' {cluster.api_url}/api/v1/cluster\n"
+        "\nCtrl-C stops everything.\n"
+    )
+
+
 def run_foreground(cluster: LocalCluster, demo: bool) -> int:
     stop = threading.Event()
 
@@ -234,19 +257,7 @@ def run_foreground(cluster: LocalCluster, demo: bool) -> int:
     try:
         cluster.start()
         cluster.wait_ready()
-        print(
-            f"\nVakit is ready in {time.monotonic() - started:.1f} s\n"
-            f"  API:       {cluster.api_url}/api/v1   (OpenAPI: {cluster.api_url}/openapi.json)\n"
-            f"  token:     {cluster.token}   (an operator token; acts as owner service 'demo')\n"
-            f"  metrics:   http://127.0.0.1:{cluster.api_metrics_port}/metrics   (loopback only)\n"
-            f"  shards:    {', '.join(cluster.dsns)}\n"
-            f"  ZooKeeper: {cluster.zk.connect_string if cluster.zk else 'off'}\n"
-            f"  Kafka:     {cluster.broker.bootstrap if cluster.broker else 'off'}\n"
-            f"  data:      {cluster.data_dir}   (logs in {cluster.data_dir / 'logs'})\n"
-            f"\n  curl -H 'Authorization: Bearer {cluster.token}' {cluster.api_url}/api/v1/cluster\n"
-            "\nCtrl-C stops everything.\n",
-            flush=True,
-        )
+        print(ready_banner(cluster, time.monotonic() - started), flush=True)
         if demo:
             from cluster.local.demo import run_demo
 
