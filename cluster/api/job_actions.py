@@ -213,6 +213,7 @@ def _bulk_search(body: BulkJobsIn, owner: str, statuses: tuple[JobStatus, ...]) 
         run_at_to=_time(body.runAtTo, "runAtTo"),
         finished_from=_time(body.finishedFrom, "finishedFrom"),
         finished_to=_time(body.finishedTo, "finishedTo"),
+        before=_cursor(body.cursor),
     )
 
 
@@ -236,7 +237,13 @@ async def _bulk(
             failed.append(BulkFailure(jobId=text, status=kind_of(exc).status, detail=exc.message))
             continue
         done.append(text)
-    return BulkJobsOut(dryRun=dry_run, jobIds=done, failed=failed, more=more, missingShards=missing)
+    # Below every job examined: the next call meets neither the jobs acted
+    # on (a retried one is SCHEDULED again, but a cancelled one would still
+    # match a retry's CANCELLED) nor the ones refused.
+    cursor = job_id_text(page[-1][0].id) if more and page else None
+    return BulkJobsOut(
+        dryRun=dry_run, jobIds=done, failed=failed, more=more, nextCursor=cursor, missingShards=missing
+    )
 
 
 @router.post("/api/v1/jobs:retry", response_model=BulkJobsOut, responses=problems(422))

@@ -92,6 +92,13 @@ class BulkJobsIn(_Strict):
     finishedTo: Rfc3339 | None = None
     limit: int = Field(100, ge=1, le=MAX_BULK, description="At most this many jobs per call.")
     dryRun: bool = Field(False, description="Say which jobs would be acted on; change nothing.")
+    cursor: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="The previous call's nextCursor: go on below the jobs it examined, so a "
+        "job it was refused for is not met again.",
+    )
 
     @field_validator("runAtFrom", "runAtTo", "finishedFrom", "finishedTo")
     @classmethod
@@ -114,6 +121,11 @@ class BulkJobsOut(BaseModel):
         description="Matched jobs the action was refused for (one that started meanwhile…)."
     )
     more: bool = Field(description="More jobs may match: call again (after a dry run, use limit).")
+    nextCursor: str | None = Field(
+        None,
+        description="With more: the cursor for the next call, below every job this one examined "
+        "(acted on or refused).",
+    )
     missingShards: list[int]
 
 

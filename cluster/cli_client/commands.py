@@ -630,12 +630,16 @@ def dlq_retry(
     acted: list[str] = []
     failed: list[dict[str, Any]] = []
     missing: set[int] = set()
-    for _ in range(10_000):  # bounded: each call retries up to `limit`
+    for _ in range(10_000):  # bounded: each call examines up to `limit`
         out = call.api.request("POST", "/api/v1/jobs:retry", body=body)
         acted += out["jobIds"]
         failed += out["failed"]
         missing.update(out.get("missingShards") or [])
-        if dry_run or not out["more"] or not out["jobIds"]:
+        # Each call goes on below the jobs the last one examined: a job the
+        # API refused (at its attempt cap, say) is reported once, and the
+        # ones below it are still reached.
+        body["cursor"] = out.get("nextCursor")
+        if dry_run or not out["more"] or not body["cursor"]:
             break
     result = {"dryRun": dry_run, "jobIds": acted, "failed": failed, "missingShards": sorted(missing)}
     call.emit(result, ("jobId",), [{"jobId": j} for j in acted])

@@ -5,6 +5,7 @@ tests/integration/test_operator_api.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -125,6 +126,34 @@ async def test_bulk_retry_and_cancel_with_dry_run(
     for path in ("/api/v1/jobs:retry", "/api/v1/jobs:cancel"):
         r = await api.post(path, json={"limit": 1001, "dryRun": True}, headers=A)
         assert r.status_code == 422 and "limit" in r.text
+
+
+async def test_bulk_retry_goes_on_below_a_refused_job(
+    api: httpx.AsyncClient, store: MemStore, clock: FakeClock
+) -> None:
+    # Three dead letters, the newest at the attempt cap: a retry refuses it.
+    # Calls of one job each, following nextCursor, meet it once and still
+    # reach the two below it.
+    dead = [await failed_job(api, store, clock) for _ in range(3)]
+    newest = max(dead, key=lambda j: shardmap.decode_id("job", j))
+    nid = shardmap.decode_id("job", newest)
+    s = store._shard(shardmap.ShardMap(2).shard_of(nid))
+    s.history[nid] = dataclasses.replace(s.history[nid], attempt=100)
+    retried: list[str] = []
+    refused: list[str] = []
+    request: dict[str, Any] = {"limit": 1}
+    for _ in range(10):
+        out = (await api.post("/api/v1/jobs:retry", json=request, headers=A)).json()
+        retried += out["jobIds"]
+        refused += [f["jobId"] for f in out["failed"]]
+        if not out["more"]:
+            assert out["nextCursor"] is None
+            break
+        request["cursor"] = out["nextCursor"]
+    assert refused == [newest]
+    assert sorted(retried) == sorted(set(dead) - {newest})
+    bad = await api.post("/api/v1/jobs:retry", json={"cursor": "nope"}, headers=A)
+    assert bad.status_code == 422 and "cursor" in bad.text
 
 
 async def test_an_operator_searches_an_owner_a_tenant_only_its_own(
