@@ -78,20 +78,21 @@ class Completer:
         self._ready = asyncio.Event()
 
     def put(self, result: JobResult) -> None:
-        self._results.append(result)
-        if not self._ready.is_set():
-            self._ready.set()
+        self._push(result)
 
     def put_fired(self, fired: Fired) -> None:
         """Queue a firing's outcome as the firing left it: its JobResult is
         made when a batch takes it (after the instant, not during it)."""
-        self._results.append(fired)
-        if not self._ready.is_set():
-            self._ready.set()
+        self._push(fired)
 
     def drain(self) -> None:
         """Write everything queued so far, then end :meth:`run`."""
-        self.put(_DRAINED)
+        self._push(_DRAINED)
+
+    def _push(self, item: Any) -> None:
+        self._results.append(item)
+        if not self._ready.is_set():
+            self._ready.set()
 
     async def _next(self) -> Any:
         """The oldest queued outcome (or the drained marker), once there is one."""
