@@ -204,7 +204,8 @@ class Store(Protocol):
         self, shard: int, params: MaintainHistoryParams
     ) -> MaintenanceResult:
         """Day partitions ahead, history past the retention dropped, keys of
-        jobs no longer pending purged (the janitor)."""
+        jobs no longer pending purged (the janitor). Passes on one shard may
+        be called at once (two leaders overlap); each must succeed."""
         ...
 
 

@@ -80,6 +80,9 @@ _NO_BOUND = (datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC))
 # How much earlier than its runAt a job that ran may have finished by the
 # database's clock: a worker whose clock is ahead fires early. Generous.
 _RAN_MARGIN = timedelta(hours=1)
+# The janitor's advisory lock on a shard (history_lock); any constant that
+# no other lock of ours uses ("VAKIT" is the migrations').
+_HISTORY_LOCK_KEY = 0x56414B4954_4A
 
 log = logging.getLogger(__name__)
 
@@ -612,39 +615,52 @@ class PgStore(PgShards):
     async def maintain_history(
         self, shard: int, params: MaintainHistoryParams
     ) -> MaintenanceResult:
-        """Day partitions ahead, old ones dropped, old keys purged (the janitor)."""
-        result = MaintenanceResult()
+        """Day partitions ahead, old ones dropped, old keys purged (the janitor).
+
+        One pass at a time on a shard, under a session advisory lock: a
+        second janitor waits and then finds the work done."""
         async with self.connection(shard) as conn:
-            today = params.today
-            if today is None:
-                cur = await conn.execute(QUERIES["history_today"], {})
-                found = await cur.fetchone()
-                assert found is not None
-                today = found[0]
-            cutoff = today - timedelta(days=params.retention_days)
-            cur = await conn.execute(
-                QUERIES["ensure_partitions"],
-                {
-                    "from": today - timedelta(days=1),
-                    "to": today + timedelta(days=params.days_ahead),
-                },
-            )
-            made = await cur.fetchone()
-            result.made_partitions = made[0] if made else 0
-            cur = await conn.execute(QUERIES["list_partitions"], {})
-            for name, _parent in await cur.fetchall():
-                day = datetime.strptime(name[-8:], "%Y%m%d").date()
-                if day < cutoff:
-                    await conn.execute(
-                        sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name))
-                    )
-                    result.dropped_partitions.append(name)
-            before = datetime.combine(cutoff, datetime.min.time(), tzinfo=UTC)
-            cur = await conn.execute(QUERIES["purge_default_partitions"], {"before": before})
-            purged = await cur.fetchone()
-            result.purged_rows = purged[0] if purged else 0
-            cur = await conn.execute(QUERIES["purge_job_keys"], {"before": before, "limit": 10000})
-            result.purged_keys = cur.rowcount
+            lock = {"key": _HISTORY_LOCK_KEY}
+            await conn.execute(QUERIES["history_lock"], lock)
+            try:
+                return await self._maintain_history(conn, params)
+            finally:
+                # A severed connection has dropped the lock with its session.
+                if not conn.closed:
+                    await conn.execute(QUERIES["history_unlock"], lock)
+
+    async def _maintain_history(
+        self, conn: psycopg.AsyncConnection[Any], params: MaintainHistoryParams
+    ) -> MaintenanceResult:
+        result = MaintenanceResult()
+        today = params.today
+        if today is None:
+            cur = await conn.execute(QUERIES["history_today"], {})
+            found = await cur.fetchone()
+            assert found is not None
+            today = found[0]
+        cutoff = today - timedelta(days=params.retention_days)
+        cur = await conn.execute(
+            QUERIES["ensure_partitions"],
+            {
+                "from": today - timedelta(days=1),
+                "to": today + timedelta(days=params.days_ahead),
+            },
+        )
+        made = await cur.fetchone()
+        result.made_partitions = made[0] if made else 0
+        cur = await conn.execute(QUERIES["list_partitions"], {})
+        for name, _parent in await cur.fetchall():
+            day = datetime.strptime(name[-8:], "%Y%m%d").date()
+            if day < cutoff:
+                await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+                result.dropped_partitions.append(name)
+        before = datetime.combine(cutoff, datetime.min.time(), tzinfo=UTC)
+        cur = await conn.execute(QUERIES["purge_default_partitions"], {"before": before})
+        purged = await cur.fetchone()
+        result.purged_rows = purged[0] if purged else 0
+        cur = await conn.execute(QUERIES["purge_job_keys"], {"before": before, "limit": 10000})
+        result.purged_keys = cur.rowcount
         return result
 
 

@@ -467,6 +467,17 @@ SELECT worker_id, last_seen FROM worker_beats
 -- The janitor's "today" when no clock gives it: the database's, in UTC.
 SELECT (now() AT TIME ZONE 'UTC')::date AS today;
 
+-- name: history_lock
+-- One janitor pass at a time on a shard (two leaders overlap for a moment
+-- when leadership moves): PostgreSQL fails one of two sessions that create
+-- and drop partitions of the same parent at once ("could not find tuple for
+-- parent of relation"). A session lock, not a transaction: the pass's DDL must
+-- not hold the parent's locks for the whole pass. The key is the janitor's own.
+SELECT pg_advisory_lock(%(key)s);
+
+-- name: history_unlock
+SELECT pg_advisory_unlock(%(key)s);
+
 -- name: ensure_partitions
 SELECT vakit_ensure_day_partitions('job_history', %(from)s::date, %(to)s::date)
      + vakit_ensure_day_partitions('job_attempts', %(from)s::date, %(to)s::date) AS made;
