@@ -254,6 +254,9 @@ async def run_worker(settings: Settings) -> None:
             n,
             settings.materializer_interval,
             on_lost=materializer.forget,
+            # A cron written due within a minute passes at once, not after
+            # the interval: its first slot may be seconds away.
+            wakes=crons.cron_soon,
         ),
     ]
     loop_tasks = [asyncio.create_task(lp.run(stopping)) for lp in loops]

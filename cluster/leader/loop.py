@@ -7,8 +7,9 @@ run it at once (SKIP LOCKED, fenced updates, idempotent DDL).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Protocol
 
 from cluster import metrics
@@ -31,7 +32,13 @@ class LeaderTask(Protocol):
 
 class LeaderLoop:
     """Runs ``task.run_once(shard)`` every ``interval`` s for each led shard
-    (each owned shard with ``owners_too``)."""
+    (each owned shard with ``owners_too``).
+
+    With ``wakes`` (a shard's wake-ups, :meth:`CronStore.cron_soon`) the loop
+    listens on each shard it runs and passes early when one comes, at most
+    once per ``wake_gap`` s: wake-ups during a pass make one more pass after
+    it, not one each. A wake-up only brings a pass forward; without them
+    (a listener down) the loop keeps its interval."""
 
     def __init__(
         self,
@@ -42,6 +49,9 @@ class LeaderLoop:
         *,
         owners_too: bool = False,
         on_lost: Callable[[int], None] | None = None,
+        wakes: Callable[[int], AsyncGenerator[None, None]] | None = None,
+        wake_gap: float = 0.5,
+        relisten_seconds: float = 2.0,
     ) -> None:
         self.task = task
         self.coordinator = coordinator
@@ -49,19 +59,27 @@ class LeaderLoop:
         self.interval = interval
         self.owners_too = owners_too
         self.on_lost = on_lost  # called once for a shard this loop no longer runs
+        self.wakes = wakes
+        self.wake_gap = wake_gap
+        self.relisten_seconds = relisten_seconds
         self._running: set[int] = set()
+        self._woken = asyncio.Event()
+
+    def _ours(self, shard: int) -> bool:
+        if self.owners_too:
+            return shard in self.coordinator.owned_shards()
+        return self.coordinator.is_leader(shard)
+
+    def wake(self) -> None:
+        """Bring the next pass forward (to ``wake_gap`` after the last one)."""
+        self._woken.set()
 
     async def run_once(self) -> int:
         total = 0
         for shard in range(self.shard_count):
             # Checked per shard, right before the work: a SUSPENDED session
             # stops leader-only work at once.
-            ours = (
-                shard in self.coordinator.owned_shards()
-                if self.owners_too
-                else self.coordinator.is_leader(shard)
-            )
-            if not ours:
+            if not self._ours(shard):
                 if shard in self._running:
                     self._running.discard(shard)
                     if self.on_lost is not None:
@@ -79,12 +97,82 @@ class LeaderLoop:
         return total
 
     async def run(self, stopping: asyncio.Event) -> None:
+        listening = (
+            asyncio.create_task(self._listen_while_ours(stopping)) if self.wakes is not None else None
+        )
+        try:
+            while not stopping.is_set():
+                self._woken.clear()  # a wake-up during the pass calls for another
+                try:
+                    await self.run_once()
+                except Exception:
+                    log.exception("%s loop error", self.task.name)
+                await self._rest(stopping)
+        finally:
+            if listening is not None:
+                listening.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await listening
+
+    async def _rest(self, stopping: asyncio.Event) -> None:
+        """Until ``interval`` has passed, or ``wake_gap`` with a wake-up."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         while not stopping.is_set():
+            now = loop.time()
+            if now >= began + self.interval:
+                return
+            if self._woken.is_set():
+                if now >= began + self.wake_gap:
+                    return
+                await _first_of([stopping], began + self.wake_gap - now)
+            else:
+                await _first_of([stopping, self._woken], began + self.interval - now)
+
+    async def _listen_while_ours(self, stopping: asyncio.Event) -> None:
+        """A listener on each shard this loop runs, started and stopped as
+        leadership moves (checked every ``relisten_seconds``)."""
+        listeners: dict[int, asyncio.Task[None]] = {}
+        try:
+            while not stopping.is_set():
+                ours = {shard for shard in range(self.shard_count) if self._ours(shard)}
+                for shard in ours - listeners.keys():
+                    listeners[shard] = asyncio.create_task(self._listen(shard))
+                for shard in listeners.keys() - ours:
+                    listeners.pop(shard).cancel()
+                await _first_of([stopping], self.relisten_seconds)
+        finally:
+            for task in listeners.values():
+                task.cancel()
+            await asyncio.gather(*listeners.values(), return_exceptions=True)
+
+    async def _listen(self, shard: int) -> None:
+        assert self.wakes is not None
+        while True:
             try:
-                await self.run_once()
+                # The first wake-up says listening began: what was written
+                # while no one listened is due a pass too.
+                async with contextlib.aclosing(self.wakes(shard)) as wakes:
+                    async for _ in wakes:
+                        self.wake()
+            except VakitError as exc:
+                log.warning(
+                    "%s: wake-ups from shard %d lost (%s); listening again",
+                    self.task.name,
+                    shard,
+                    exc,
+                    extra={"shard": shard},
+                )
             except Exception:
-                log.exception("%s loop error", self.task.name)
-            try:
-                await asyncio.wait_for(stopping.wait(), timeout=self.interval)
-            except TimeoutError:
-                pass
+                log.exception("%s wake-up listener error", self.task.name, extra={"shard": shard})
+            await asyncio.sleep(self.relisten_seconds)
+
+
+async def _first_of(events: list[asyncio.Event], timeout: float) -> None:
+    """Until one of ``events`` is set or ``timeout`` s have passed."""
+    waits = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=max(timeout, 0.0), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()

@@ -10,7 +10,7 @@ exceptions, and ``tests/contract`` holds them to the same rules.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -71,7 +71,11 @@ from cluster.model import (
 )
 
 # WORKER_SEEN_SECONDS is re-exported: readiness and status read the window here.
-__all__ = ["WORKER_SEEN_SECONDS", "CronStore", "Store"]
+__all__ = ["CRON_SOON_SECONDS", "WORKER_SEEN_SECONDS", "CronStore", "Store"]
+
+# A cron written due within this many seconds wakes the materializer
+# (CronStore.cron_soon; migration 15 has the same figure).
+CRON_SOON_SECONDS = 60.0
 
 
 class Store(Protocol):
@@ -282,6 +286,15 @@ class CronStore(Protocol):
 
     async def database_now(self, shard: int) -> datetime:
         """The shard's clock (``now()``): the materializer compares its own with it."""
+        ...
+
+    def cron_soon(self, shard: int) -> AsyncGenerator[None, None]:
+        """Wake-ups for the materializer: yields once when listening begins
+        (what came before is not seen), then after each create, change or
+        resume that left an enabled, unpaused cron of ``shard`` due within
+        :data:`CRON_SOON_SECONDS` (a batch of them may come as one). Ends
+        with :class:`~cluster.errors.ShardUnavailable` when the shard's link
+        breaks; listen again."""
         ...
 
     async def due(self, shard: int, params: DueCronsParams) -> list[DueCron]: ...

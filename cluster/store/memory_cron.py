@@ -15,10 +15,11 @@ store neither skips late occurrences nor revokes replaced ones.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -53,6 +54,7 @@ from cluster.model import (
     TriggerCronParams,
     WaitingCronsParams,
 )
+from cluster.store.base import CRON_SOON_SECONDS
 from cluster.store.memory import MemStore
 
 __all__ = ["MemCronStore"]
@@ -64,6 +66,8 @@ class _Crons:
     by_name: dict[tuple[str, str], uuid.UUID] = field(default_factory=dict)
     # cron_occurrences: outlives the job, so a slot is never made twice.
     ledger: dict[tuple[uuid.UUID, datetime], uuid.UUID] = field(default_factory=dict)
+    # cron_soon's listeners: a wake-up each, coalesced as NOTIFY's are.
+    listeners: set[asyncio.Queue[None]] = field(default_factory=set)
 
 
 def _due_cron(c: CronRecord) -> DueCron:
@@ -128,6 +132,27 @@ class MemCronStore:
             last_result_at=last[0] if last else None,
         )
 
+    def _written(self, c: _Crons, cron: CronRecord) -> None:
+        """Migration 15's triggers: a cron written due soon wakes the listeners."""
+        soon = self._now() + timedelta(seconds=CRON_SOON_SECONDS)
+        if cron.enabled and cron.paused_at is None and cron.next_fire_at is not None:
+            if cron.next_fire_at < soon:
+                for queue in c.listeners:
+                    if queue.empty():
+                        queue.put_nowait(None)
+
+    async def cron_soon(self, shard: int) -> AsyncGenerator[None, None]:
+        c = self._c(shard)
+        queue: asyncio.Queue[None] = asyncio.Queue(maxsize=1)
+        c.listeners.add(queue)
+        try:
+            yield
+            while True:
+                await queue.get()
+                yield
+        finally:
+            c.listeners.discard(queue)
+
     # -- definitions -----------------------------------------------------------
 
     async def create(self, shard: int, cron: CronRecord) -> tuple[CronRecord, bool]:
@@ -170,6 +195,7 @@ class MemCronStore:
                 )
                 c.by_id[saved.id] = saved
                 c.by_name[(saved.owner, saved.name)] = saved.id
+                self._written(c, saved)
                 out.append((saved, True))
         return out
 
@@ -209,6 +235,7 @@ class MemCronStore:
                 pause_reason=old.pause_reason,
             )
             c.by_id[cron.id] = saved
+            self._written(c, saved)
             return self._view(shard, saved)
 
     async def delete(self, shard: int, params: DeleteCronParams) -> int:
@@ -338,6 +365,7 @@ class MemCronStore:
             c.by_id[cron.id] = cron = dataclasses.replace(
                 cron, paused_at=None, pause_reason=None, updated_at=self._now()
             )
+            self._written(c, cron)
             return self._view(shard, cron)
 
     async def backfill(self, shard: int, params: BackfillParams) -> BackfillResult:

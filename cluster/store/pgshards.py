@@ -30,11 +30,12 @@ import os
 import socket
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar, cast
 
 import psycopg
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import AsyncRowFactory, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -198,9 +199,13 @@ class PgShards:
             tuple(metrics.DB_POOL.labels(str(i), state) for state in ("size", "idle", "waiting"))
             for i in range(self.shard_count)
         ]
+        self._dsns = [
+            _bounded(dsn, statement_timeout, idle_in_transaction_timeout, keepalive_seconds)
+            for dsn in dsns
+        ]
         self._pools = [
             AsyncConnectionPool(
-                _bounded(dsn, statement_timeout, idle_in_transaction_timeout, keepalive_seconds),
+                dsn,
                 min_size=min_size,
                 max_size=max_size,
                 timeout=timeout,
@@ -218,7 +223,7 @@ class PgShards:
                 reconnect_timeout=60,
                 kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
             )
-            for i, dsn in enumerate(dsns)
+            for i, dsn in enumerate(self._dsns)
         ]
 
     async def _stamp(self, conn: psycopg.AsyncConnection[Any]) -> None:
@@ -273,6 +278,34 @@ class PgShards:
                 else exc.message
             )
             raise ShardUnavailable(message, shard=shard, maybe_written=True) from exc
+
+    async def listen(self, shard: int, channel: str) -> AsyncGenerator[None, None]:
+        """Yields once when ``shard`` listens on ``channel`` (a notification
+        sent before then is not seen), then once per notification; those of
+        one transaction come as one.
+
+        On a connection of its own, outside the pool: LISTEN holds its
+        session. The keepalives notice a link that dies silently; a broken
+        link ends the iteration with :class:`ShardUnavailable`, and the
+        caller listens again."""
+        if not 0 <= shard < self.shard_count:
+            raise ValueError(f"shard {shard} out of range 0..{self.shard_count - 1}")
+        with translate_errors(shard):
+            conn = await psycopg.AsyncConnection.connect(
+                self._dsns[shard], autocommit=True, connect_timeout=max(1, int(self._check_timeout))
+            )
+        try:
+            with translate_errors(shard):
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            yield
+            # One generator for the connection's life: psycopg may drop a
+            # notification that arrives between two notifies() calls.
+            with translate_errors(shard):
+                async for _ in conn.notifies():
+                    yield
+            raise ShardUnavailable(f"shard {shard} stopped sending notifications", shard=shard)
+        finally:
+            await conn.close()
 
     async def fetch(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Run the named query ``name`` on ``shard``; rows as dicts."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -323,6 +323,10 @@ class PgCronStore:
         [row] = await self._rows(shard, "cron_clock", {})
         now: datetime = row["now"]
         return now
+
+    def cron_soon(self, shard: int) -> AsyncGenerator[None, None]:
+        # NOTIFY vakit_cron_soon comes from cron_jobs' triggers (migration 15).
+        return self.store.listen(shard, "vakit_cron_soon")
 
     @wrap_exceptions
     async def due(self, shard: int, params: DueCronsParams) -> list[DueCron]:

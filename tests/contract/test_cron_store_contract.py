@@ -9,9 +9,11 @@ occurrences only when it wins, once per (cron_id, scheduled_for) ever.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -40,11 +42,13 @@ from cluster.model import (
     Occurrence,
     Outcome,
     OwnerCountsParams,
+    PauseCronParams,
     PendingParams,
+    ResumeCronParams,
     TriggerCronParams,
     WaitingCronsParams,
 )
-from cluster.store.base import CronStore, Store
+from cluster.store.base import CRON_SOON_SECONDS, CronStore, Store
 from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
 from cluster.store.postgres import PgStore
@@ -473,3 +477,66 @@ def test_both_implementations_satisfy_the_protocol() -> None:
     mem = MemStore(1)
     checked: list[CronStore] = [MemCronStore(mem), PgCronStore(PgStore(["postgresql://unused"]))]
     assert len(checked) == 2
+
+
+# -- wake-ups ------------------------------------------------------------------------------------
+
+
+class Heard:
+    """Wake-ups of a listener, taken as they come (as the leader loop does)."""
+
+    def __init__(self, wakes: AsyncGenerator[None, None]) -> None:
+        self.wakes = wakes
+        self.came = asyncio.Event()
+        self.task = asyncio.create_task(self._take())
+
+    async def _take(self) -> None:
+        async for _ in self.wakes:
+            self.came.set()
+
+    async def woken(self, seconds: float) -> bool:
+        """Whether a wake-up came (since the last call) within ``seconds``."""
+        try:
+            await asyncio.wait_for(self.came.wait(), seconds)
+        except TimeoutError:
+            return False
+        self.came.clear()
+        return True
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        await self.wakes.aclose()
+
+
+async def test_a_cron_written_due_within_a_minute_wakes_its_shards_listener(ch: CronHarness) -> None:
+    quiet = 0.5  # how long "no wake-up" is watched for
+    wakes = Heard(ch.crons.cron_soon(0))
+    try:
+        assert await wakes.woken(5)  # listening began
+        later = cron(ch, "later", at=2 * CRON_SOON_SECONDS)
+        await ch.crons.create(0, later)
+        await ch.crons.create(1, cron(ch, "other-shard", at=10))
+        assert not await wakes.woken(quiet)
+        soon = cron(ch, "soon", at=10)
+        await ch.crons.create(0, soon)
+        assert await wakes.woken(5)
+        # The materializer's own writes keep the cron due soon and wake no one.
+        await write(ch, advance(soon, nxt=ch.now() + timedelta(seconds=20)))
+        assert not await wakes.woken(quiet)
+        # Paused: nothing is due. Resumed: due soon again.
+        await ch.crons.pause(0, PauseCronParams(soon.id, OWNER, "maintenance"))
+        assert not await wakes.woken(quiet)
+        await ch.crons.resume(0, ResumeCronParams(soon.id, OWNER))
+        assert await wakes.woken(5)
+        # A change that brings a cron's next fire within the minute.
+        moved = dataclasses.replace(await get(ch, later), next_fire_at=ch.now() + timedelta(seconds=5))
+        await ch.crons.update(0, moved)
+        assert await wakes.woken(5)
+        # A batch of soon crons is one wake-up, or a few; never none.
+        batch = [cron(ch, f"b{i}", at=10) for i in range(50)]
+        assert all(not isinstance(r, Conflict) for r in await ch.crons.create_many(0, batch))
+        assert await wakes.woken(5)
+    finally:
+        await wakes.close()
