@@ -138,7 +138,12 @@ def _bounded(
     params = conninfo_to_dict(dsn)
     ours = (
         f"-c statement_timeout={int(statement_timeout * 1000)} "
-        f"-c idle_in_transaction_session_timeout={int(idle_in_transaction_timeout * 1000)}"
+        f"-c idle_in_transaction_session_timeout={int(idle_in_transaction_timeout * 1000)} "
+        # JIT compiles a plan whose estimated cost is high, and the planner
+        # cannot size the CTEs of a statement over arrays: a materializer
+        # page (25 ms of work) spent 610 ms compiling, every page.
+        # Vakit's statements are all short; compiling them is pure loss.
+        "-c jit=off"
     )
     options = f"{params.get('options') or ''} {ours}".strip()
     idle = max(1, int(keepalive))
