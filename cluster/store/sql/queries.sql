@@ -134,7 +134,7 @@ far_rows AS (
       FROM fresh WHERE far
 )
 SELECT id FROM v
- WHERE idempotency_key IS NOT NULL AND id NOT IN (SELECT job_id FROM keyed);
+ WHERE idempotency_key IS NOT NULL AND NOT EXISTS (SELECT FROM keyed k WHERE k.job_id = v.id);
 
 -- name: get_jobs_by_keys
 -- The ledger rows of keys that exist, each with its first job (far, near,
@@ -802,7 +802,10 @@ far_rows AS (
 SELECT 'advanced' AS kind, id FROM moved
 UNION ALL
 SELECT 'refused', f.id FROM fresh f
- WHERE NOT f.far AND f.job_id NOT IN (SELECT id FROM near_rows)
+ -- NOT EXISTS, an anti-join: NOT IN over the CTE was a subplan that
+ -- rescanned near_rows for every occurrence (4,000 x 2,000 rows, 600 ms of
+ -- a 670 ms page of 2,000 every-minute crons).
+ WHERE NOT f.far AND NOT EXISTS (SELECT FROM near_rows n WHERE n.id = f.job_id)
 UNION ALL
 SELECT 'created', NULL FROM near_rows
 UNION ALL
