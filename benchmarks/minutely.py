@@ -57,7 +57,18 @@ class MinutelyOptions:
     create_batch: int = 1000
     clients: int = 8
     api_procs: int = 1
+    # Start creating at this second of a minute (None: at once). 56 makes
+    # the first slot come a few seconds after the last cron exists.
+    create_at: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # recorded in settings
+
+
+def seconds_until_second(now: datetime, second: int) -> float:
+    """Seconds from ``now`` to the next instant at ``second`` past a whole minute."""
+    target = now.replace(second=second, microsecond=0)
+    if target <= now:
+        target += timedelta(minutes=1)
+    return (target - now).total_seconds()
 
 
 def _body_factory(owner_index: int, owners: int, target: dict[str, Any], tag: str) -> Any:
@@ -96,6 +107,8 @@ def run(opts: MinutelyOptions) -> dict[str, Any]:
             for k, token in enumerate(tokens)
         ]
         with ProcessSampler(cluster) as sampler:
+            if opts.create_at is not None:
+                time.sleep(seconds_until_second(datetime.now(UTC), opts.create_at))
             mark = sampler.mark()
             created = asyncio.run(
                 create_items(urls, sources, CRONS, batch=opts.create_batch, clients=opts.clients)
@@ -104,11 +117,14 @@ def run(opts: MinutelyOptions) -> dict[str, Any]:
             ended = datetime.now(UTC)
             first = slot_at_least(ended, 1.0)
             slots = [first + timedelta(minutes=k) for k in range(opts.minutes)]
+            lead = (first - ended).total_seconds()
             log.info(
-                "created %d of %d crons in %.1f s; measuring the slots %s to %s",
+                "created %d of %d crons in %.1f s, %.1f s before the first slot; "
+                "measuring the slots %s to %s",
                 created.accepted,
                 created.requested,
                 created.seconds,
+                lead,
                 slots[0].strftime("%H:%M"),
                 slots[-1].strftime("%H:%M"),
             )
@@ -144,6 +160,10 @@ def run(opts: MinutelyOptions) -> dict[str, Any]:
                 "started": len(late),
                 "all_started": len(late) == created.accepted,
                 "lateness_seconds": summarize(late),
+                # When the slot's occurrences were made, from the slot
+                # (negative: before it): a late start made late is the
+                # materializer's, one made early the workers'.
+                "made_seconds": summarize([c - s.timestamp() for c in slot.created]),
             }
         )
     p99s = [p["lateness_seconds"]["p99"] for p in per_slot]
@@ -157,6 +177,7 @@ def run(opts: MinutelyOptions) -> dict[str, Any]:
         "slots": per_slot,
         "all_slots_all_started": all(p["all_started"] for p in per_slot),
         "worst_slot_p99_seconds": worst_p99,
+        "first_slot_lead_seconds": round(lead, 3),
         "create": {
             **created.as_dict(api_cpu),
             "usage": create_usage.as_dict(created.accepted or None),
@@ -170,6 +191,7 @@ def run(opts: MinutelyOptions) -> dict[str, Any]:
             "source": "crons-every-minute",
             "crons": opts.crons,
             "minutes": opts.minutes,
+            "create_at_second": opts.create_at,
             "shards": len(dsns),
             "workers": spec.workers,
             "target": opts.target,
@@ -195,6 +217,14 @@ def parse_args(argv: list[str] | None) -> tuple[MinutelyOptions, bool]:
     parser.add_argument("--owners", type=int, default=4, help="owner services, one token each")
     parser.add_argument("--create-batch", type=int, default=1000, help="crons per batch request")
     parser.add_argument("--clients", type=int, default=8, help="create requests in flight")
+    parser.add_argument(
+        "--create-at",
+        type=int,
+        choices=range(60),
+        metavar="SECOND",
+        help="start creating at this second of a minute (56: the first slot comes seconds "
+        "after the crons exist); default: at once",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = parser.parse_args(argv)
     opts = MinutelyOptions(
@@ -206,6 +236,7 @@ def parse_args(argv: list[str] | None) -> tuple[MinutelyOptions, bool]:
         create_batch=args.create_batch,
         clients=args.clients,
         api_procs=args.api_procs,
+        create_at=args.create_at,
     )
     return opts, args.verbose
 
