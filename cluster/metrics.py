@@ -41,6 +41,8 @@ __all__ = [
     "FENCED",
     "INFLIGHT",
     "LEADERSHIP_CHANGES",
+    "LEADER_LISTENING",
+    "LEADER_WAKEUPS",
     "LEASE_EXPIRED",
     "MAINTENANCE_LAST_SUCCESS",
     "MOVED",
@@ -252,6 +254,18 @@ MAINTENANCE_LAST_SUCCESS = Gauge(
     "vakit_maintenance_last_success_timestamp_seconds",
     "Unix time a leader-only loop (reaper, mover, janitor, backlog, materializer) "
     "last finished a pass on a shard without error.",
+    ["loop", "shard"],
+)
+LEADER_WAKEUPS = Counter(
+    "vakit_leader_wakeups_total",
+    "Wake-ups a leader loop heard from a shard (the materializer: a cron written "
+    "due within a minute); each brings a pass forward.",
+    ["loop", "shard"],
+)
+LEADER_LISTENING = Gauge(
+    "vakit_leader_listening",
+    "1 while a leader loop listens for wake-ups on a shard it runs, 0 while its "
+    "listener is down (the loop keeps its interval meanwhile).",
     ["loop", "shard"],
 )
 CRON_LAST_SUCCESS = Gauge(

@@ -148,13 +148,24 @@ class LeaderLoop:
 
     async def _listen(self, shard: int) -> None:
         assert self.wakes is not None
+        listening = metrics.LEADER_LISTENING.labels(self.task.name, str(shard))
+        heard = metrics.LEADER_WAKEUPS.labels(self.task.name, str(shard))
         while True:
             try:
-                # The first wake-up says listening began: what was written
-                # while no one listened is due a pass too.
                 async with contextlib.aclosing(self.wakes(shard)) as wakes:
+                    # The first wake-up says listening began: what was
+                    # written while no one listened is due a pass too.
+                    began = False
                     async for _ in wakes:
+                        if began:
+                            heard.inc()
+                        else:
+                            began = True
+                            listening.set(1)
                         self.wake()
+            except asyncio.CancelledError:
+                listening.set(0)
+                raise
             except VakitError as exc:
                 log.warning(
                     "%s: wake-ups from shard %d lost (%s); listening again",
@@ -165,6 +176,7 @@ class LeaderLoop:
                 )
             except Exception:
                 log.exception("%s wake-up listener error", self.task.name, extra={"shard": shard})
+            listening.set(0)
             await asyncio.sleep(self.relisten_seconds)
 
 

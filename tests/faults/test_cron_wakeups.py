@@ -85,6 +85,10 @@ def passes(worker: VakitProcess) -> float:
     )
 
 
+def listening(worker: VakitProcess) -> float:
+    return worker.metric("vakit_leader_listening", loop="materializer")
+
+
 def test_a_cron_due_soon_is_made_at_once_and_again_after_its_shards_restart(
     servers: list[PgServer], harness: ProcessHarness, sink: FaultSink
 ) -> None:
@@ -103,6 +107,8 @@ def test_a_cron_due_soon_is_made_at_once_and_again_after_its_shards_restart(
         [slot] = occurrences(dsns, first)
         assert slot > datetime.now(UTC).replace(second=0, microsecond=0)  # the coming minute's
         print(f"\nfirst occurrence made {took:.2f} s after the create (interval 3600 s)")
+        assert listening(worker) == 2
+        assert worker.metric("vakit_leader_wakeups_total", loop="materializer") >= 1
 
         for server in servers:
             server.stop("fast")
@@ -115,6 +121,7 @@ def test_a_cron_due_soon_is_made_at_once_and_again_after_its_shards_restart(
         again = create_cron(client, "wake-after-restart", sink.url)
         took = made_within(dsns, again, created, 10)
         print(f"after both shards restarted: made {took:.2f} s after the create")
+        assert listening(worker) == 2  # both listeners are back
     assert worker.alive()
     log = worker.log_text()
     assert "wake-ups from shard" in log  # the listeners saw their links die
