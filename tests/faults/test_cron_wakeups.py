@@ -23,7 +23,6 @@ import pytest
 import shardmap
 from cluster.local.pgserver import PgServer
 from tests.helpers import wait_for
-from tests.pgfixtures import migrated_servers, start_pg
 from tests.procs import TOKEN, FaultSink, ProcessHarness, VakitProcess, running_processes
 from tests.shards import rows
 
@@ -33,17 +32,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
-def servers() -> Iterator[list[PgServer]]:
-    def start(base: Path, i: int) -> PgServer:
-        return start_pg(base, f"shard{i}", synchronous_commit=True)
-
-    with migrated_servers("vakit-wake-pg-", start) as found:
-        yield found
-
-
-@pytest.fixture
-def harness(servers: list[PgServer], tmp_path: Path) -> Iterator[ProcessHarness]:
-    with running_processes([s.dsn_for("vakit") for s in servers], tmp_path) as h:
+def harness(own_servers: list[PgServer], tmp_path: Path) -> Iterator[ProcessHarness]:
+    with running_processes([s.dsn_for("vakit") for s in own_servers], tmp_path) as h:
         yield h
 
 
@@ -90,7 +80,7 @@ def listening(worker: VakitProcess) -> float:
 
 
 def test_a_cron_due_soon_is_made_at_once_and_again_after_its_shards_restart(
-    servers: list[PgServer], harness: ProcessHarness, sink: FaultSink
+    own_servers: list[PgServer], harness: ProcessHarness, sink: FaultSink
 ) -> None:
     dsns = harness.shards
     api = harness.api()
@@ -110,10 +100,10 @@ def test_a_cron_due_soon_is_made_at_once_and_again_after_its_shards_restart(
         assert listening(worker) == 2
         assert worker.metric("vakit_leader_wakeups_total", loop="materializer") >= 1
 
-        for server in servers:
+        for server in own_servers:
             server.stop("fast")
         time.sleep(1.0)
-        for server in servers:
+        for server in own_servers:
             server.start()
         # Listening again is tried every 2 s; by then it has come back.
         time.sleep(6.0)
