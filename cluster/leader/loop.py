@@ -29,7 +29,6 @@ class LeaderTask(Protocol):
     async def run_once(self, shard: int) -> int: ...
 
 
-
 class LeaderLoop:
     """Runs ``task.run_once(shard)`` every ``interval`` s for each led shard
     (each owned shard with ``owners_too``).

@@ -196,6 +196,8 @@ class PgShards:
         self.shard_count = len(dsns)
         self._returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         self._check_timeout = timeout
+        # What every connection to a shard is opened with, pooled or not.
+        self._connect_kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, int(timeout))}
         # A server honouring statement_timeout has answered by then; the
         # rest is for the network.
         self.request_timeout = statement_timeout + timeout
@@ -226,7 +228,7 @@ class PgShards:
                 # are still made on demand, so a shard that comes back later
                 # is used again.
                 reconnect_timeout=60,
-                kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
+                kwargs=self._connect_kwargs,
             )
             for i, dsn in enumerate(self._dsns)
         ]
@@ -296,9 +298,7 @@ class PgShards:
         if not 0 <= shard < self.shard_count:
             raise ValueError(f"shard {shard} out of range 0..{self.shard_count - 1}")
         with translate_errors(shard):
-            conn = await psycopg.AsyncConnection.connect(
-                self._dsns[shard], autocommit=True, connect_timeout=max(1, int(self._check_timeout))
-            )
+            conn = await psycopg.AsyncConnection.connect(self._dsns[shard], **self._connect_kwargs)
         try:
             with translate_errors(shard):
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
