@@ -38,7 +38,6 @@ from cluster.model import (
     ReapParams,
     ReleaseParams,
     RescheduleParams,
-    RevokeReplacedParams,
     WorkerBeatParams,
     WorkersSeenParams,
 )
@@ -628,7 +627,7 @@ async def test_the_mover_takes_the_earliest_a_batch_at_a_time(h: Harness) -> Non
     assert [c.id for c in claimed] == [ps[1].id, ps[2].id]
 
 
-# -- backlog, REPLACE, worker beats, schema ----------------------------------------
+# -- backlog, worker beats, schema ----------------------------------------------
 
 
 async def test_backlog_counts_due_unclaimed_jobs(h: Harness) -> None:
@@ -644,22 +643,6 @@ async def test_backlog_counts_due_unclaimed_jobs(h: Harness) -> None:
     assert stats.due == 1 and stats.oldest_due_age_seconds == pytest.approx(5.0)
     empty = await h.store.backlog(1, BacklogParams(now=h.now()))
     assert (empty.due, empty.oldest_due_age_seconds) == (0, 0.0)
-
-
-async def test_replace_revokes_the_other_running_occurrences(h: Harness) -> None:
-    cron = shardmap.new_uuid()
-    old, new = await create(h, cron_id=cron), await create(h, cron_id=cron)
-    waiting = await create(h, cron_id=cron, run_at=h.now() + timedelta(hours=1))
-    claimed = {c.id: c for c in await h.store.claim_jobs(SHARD, claim(h))}
-    revoke = RevokeReplacedParams(cron_id=cron, keep=new.id, now=h.now())
-    assert await h.store.revoke_replaced(SHARD, revoke) == 1
-    rec = await get(h, old)
-    assert rec.status is JobStatus.CANCELLED and "replaced" in (rec.last_error or "")
-    assert (await get(h, new)).status is JobStatus.RUNNING
-    assert (await get(h, waiting)).status is JobStatus.SCHEDULED  # only RUNNING ones
-    # The revoked occurrence's worker is fenced.
-    assert await finish(h, result(h, claimed[old.id])) == set()
-    assert await finish(h, result(h, claimed[new.id])) == {new.id}
 
 
 async def test_workers_seen_are_those_that_beat_lately(h: Harness) -> None:

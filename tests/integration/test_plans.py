@@ -18,7 +18,7 @@ import pytest
 
 import shardmap
 from cluster.cron.plan import cron_slot
-from cluster.model import ClaimParams, CronRecord, JobSearchParams, JobStatus
+from cluster.model import ClaimedJob, ClaimParams, CronRecord, JobSearchParams, JobStatus
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
 from cluster.store.sql import QUERIES
@@ -206,3 +206,55 @@ async def test_a_fold_slice_reads_its_own_cron_rows_and_no_other_jobs(
         (n["Node Type"], n.get("Index Name")) for n in read
     ]
     assert sum(n["Actual Rows"] * n.get("Actual Loops", 1) for n in read) <= 2 * 101, read
+
+
+async def test_a_crons_readers_of_the_hot_table_use_its_indexes_in_a_wave(
+    store: PgStore, shard_dsns: list[str]
+) -> None:
+    # The cron index holds SCHEDULED rows only (migration 16): a claim adds
+    # no entry to it. Its readers still read by index with a wave of cron
+    # occurrences in the hot table, 3,000 of them in flight: by the cron
+    # index, the REPLACE index, or the lease index (the jobs in flight),
+    # never a scan of the whole table.
+    due = datetime.now(UTC) - timedelta(seconds=1)
+    crons = [uuid.uuid4() for _ in range(6000)]
+    with psycopg.connect(shard_dsns[0], autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO jobs (id, owner_service, type, cron_id, scheduled_for, run_at, max_attempts,
+                                 timeout_seconds, target_kind, target, payload, concurrency)
+               SELECT gen_random_uuid(), 'svc', 't', c, %(due)s, %(due)s, 3, 30, 'NOOP', '{}', '{}',
+                      CASE WHEN n %% 3 = 0 THEN 'REPLACE' ELSE 'ALLOW' END
+                 FROM unnest(%(crons)s::uuid[]) WITH ORDINALITY AS v(c, n)""",
+            {"due": due, "crons": crons},
+        )
+        conn.execute("ANALYZE jobs")  # statistics of a table full of SCHEDULED rows
+    claimed: list[ClaimedJob] = []
+    while len(claimed) < 3000 and (batch := await store.claim_jobs(0, ClaimParams("w", 500, 60, 0))):
+        claimed += batch
+    with psycopg.connect(shard_dsns[0], autocommit=True) as conn:
+        (indexdef,) = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'jobs_cron_idx'"
+        ).fetchone() or ("",)
+    assert "(status)::text = 'SCHEDULED'" in indexdef, indexdef
+    one = claimed[0].cron_id
+    far = datetime(9999, 1, 1, tzinfo=UTC)
+    statements: dict[str, dict[str, Any]] = {
+        "crons_pending": {"ids": crons[:100], "finished": [False] * 100},
+        "cron_runs": {"id": one, "limit": 20},
+        "revoke_replaced": {"cron_id": one, "keep": claimed[0].id, "now": None},
+        "cancel_cron_occurrences": {"id": one},
+        "search_jobs_of_cron": {
+            "owner": "svc", "before": uuid.UUID(int=(1 << 128) - 1), "type": None, "cron_id": one,
+            "status": None, "run_from": datetime(1970, 1, 1, tzinfo=UTC), "run_to": far, "finished": None,
+            "finished_from": datetime(1970, 1, 1, tzinfo=UTC), "finished_to": far, "limit": 10,
+        },
+    }  # fmt: skip
+    with psycopg.connect(shard_dsns[0]) as conn:
+        for name, args in statements.items():
+            plan = explain(conn, name, args)
+            conn.rollback()
+            on_jobs = [n for _, n in plan_nodes(plan) if n.get("Relation Name") == "jobs"]
+            assert on_jobs, name
+            assert all(n["Node Type"] != "Seq Scan" for n in on_jobs), (
+                name, [(n["Node Type"], n.get("Index Name")) for n in on_jobs],
+            )  # fmt: skip

@@ -10,6 +10,8 @@ this store and on the in-memory one alike.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -30,18 +32,25 @@ from cluster.model import (
     CreateJobParams,
     CreateJobsParams,
     CreateResult,
+    CronRunsParams,
     FinishParams,
+    GetCronParams,
     GetJobParams,
     JobResult,
     JobStatus,
     MaintainHistoryParams,
     MoveFarParams,
+    Occurrence,
     Outcome,
+    PendingParams,
     RescheduleParams,
+    RevokeReplacedParams,
+    TriggerCronParams,
 )
 from cluster.store.pgshards import translate_errors
 from cluster.store.postgres import PgStore
-from tests.helpers import job_params
+from cluster.store.postgres_cron import PgCronStore
+from tests.helpers import cron_record, job_params
 
 pytestmark = pytest.mark.integration
 URL = "http://example.test/fire"
@@ -257,3 +266,42 @@ async def test_jobs_are_found_while_the_mover_runs(store: PgStore) -> None:
     assert moved == 600 and reads > 0 and patched > 0
     for p in params[:50]:
         await store.cancel_job(shard_of(p), CancelParams(p.id, "svc"))
+
+
+async def test_replace_revokes_the_running_occurrences_made_under_it(store: PgStore) -> None:
+    # An occurrence carries the policy it was made with (revoke_replaced,
+    # migration 16): one made while the cron was ALLOW runs on after the
+    # cron became REPLACE. (MemStore's jobs carry no policy.)
+    crons = PgCronStore(store)
+    now = datetime.now(UTC)
+    cron = cron_record(next_fire_at=now + timedelta(hours=1), type="replace")
+    await crons.create(0, cron)
+
+    def occ(seconds: float) -> Occurrence:
+        at = now + timedelta(seconds=seconds)
+        return Occurrence(shardmap.new_uuid(shardmap.slot_of(cron.id)), at, at, None)
+
+    before = occ(-30)
+    assert await crons.trigger(0, TriggerCronParams(cron, before))
+    saved = await crons.get(0, GetCronParams(cron.id, cron.owner))
+    assert saved is not None
+    cron = await crons.update(0, dataclasses.replace(saved, concurrency="REPLACE"))
+    old, new, waiting = occ(-20), occ(-10), occ(3600)
+    for o in (old, new, waiting):
+        assert await crons.trigger(0, TriggerCronParams(cron, o))
+    claimed = {j.id: j for j in await store.claim_jobs(0, ClaimParams("w", 10, 30, 0))}
+    assert claimed.keys() == {before.job_id, old.job_id, new.job_id}
+    assert [claimed[o.job_id].concurrency for o in (before, old, new)] == ["ALLOW", "REPLACE", "REPLACE"]
+    assert await store.revoke_replaced(0, RevokeReplacedParams(cron.id, new.job_id)) == 1
+    runs = {r.job_id: r.status for r in await crons.runs(0, CronRunsParams(cron.id, 10))}
+    assert runs == {
+        before.job_id: "RUNNING", old.job_id: "CANCELLED", new.job_id: "RUNNING", waiting.job_id: "SCHEDULED",
+    }  # fmt: skip
+    assert (await crons.pending(0, PendingParams((cron.id,))))[cron.id].pending == 3
+
+    def done(job_id: uuid.UUID) -> FinishParams:
+        return FinishParams((JobResult(claimed[job_id].lease, Outcome.SUCCEEDED, "w", datetime.now(UTC), 0.0),))
+
+    # The revoked occurrence's worker is fenced.
+    assert await store.finish_jobs(0, done(old.job_id)) == set()
+    assert await store.finish_jobs(0, done(new.job_id)) == {new.job_id}

@@ -688,9 +688,17 @@ SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurren
 -- name: crons_pending
 -- Per cron: occurrences not finished (the hot table holds only SCHEDULED
 -- and RUNNING rows; far ones count too), and, where asked (fixed delay),
--- when its latest occurrence finished.
+-- when its latest occurrence finished. The cron index holds SCHEDULED rows
+-- only (migration 16): the running ones are counted for all the crons in
+-- one pass over the jobs in flight (the lease index), not one per cron.
+WITH running AS (
+    SELECT cron_id, count(*) AS n FROM jobs
+     WHERE status = 'RUNNING' AND cron_id = ANY(%(ids)b::uuid[])
+     GROUP BY cron_id
+)
 SELECT v.id,
-       (SELECT count(*) FROM jobs j WHERE j.cron_id = v.id)
+       (SELECT count(*) FROM jobs j WHERE j.cron_id = v.id AND j.status = 'SCHEDULED')
+       + coalesce((SELECT r.n FROM running r WHERE r.cron_id = v.id), 0)
        + (SELECT count(*) FROM jobs_far f WHERE f.cron_id = v.id) AS pending,
        CASE WHEN v.finished THEN (SELECT max(h.finished_at) FROM job_history h
                                    WHERE h.cron_id = v.id) END AS last_finished
@@ -818,9 +826,13 @@ SELECT now() AS now;
 -- name: revoke_replaced
 -- REPLACE: a newer occurrence starts, the running ones are revoked. Moving
 -- them to history makes their heartbeat and completion match no row (fenced).
+-- An occurrence carries the policy it was made with: those made under
+-- REPLACE are revoked (found by jobs_replace_idx, migration 16); one made
+-- before the cron's policy became REPLACE runs to its end.
 WITH gone AS (
     DELETE FROM jobs
-     WHERE cron_id = %(cron_id)s AND status = 'RUNNING' AND id <> %(keep)s
+     WHERE cron_id = %(cron_id)s AND concurrency = 'REPLACE' AND status = 'RUNNING'
+       AND id <> %(keep)s
     RETURNING *
 )
 INSERT INTO job_history (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
@@ -838,8 +850,13 @@ SELECT r.id, r.scheduled_for, r.run_at, r.status, r.attempt, r.last_error, r.fin
          WHERE a.job_id = r.id AND a.lateness_seconds IS NOT NULL
          ORDER BY a.attempt LIMIT 1) AS lateness_seconds
   FROM (
+    -- The cron index has SCHEDULED rows (migration 16); RUNNING ones are
+    -- read from the jobs in flight.
     SELECT id, scheduled_for, run_at, status, attempt, last_error, NULL::timestamptz AS finished_at
-      FROM jobs WHERE cron_id = %(id)s
+      FROM jobs WHERE cron_id = %(id)s AND status = 'SCHEDULED'
+    UNION ALL
+    SELECT id, scheduled_for, run_at, status, attempt, last_error, NULL::timestamptz
+      FROM jobs WHERE cron_id = %(id)s AND status = 'RUNNING'
     UNION ALL
     SELECT id, scheduled_for, run_at, status, attempt, last_error, NULL::timestamptz
       FROM jobs_far WHERE cron_id = %(id)s
@@ -1281,7 +1298,9 @@ SELECT date_trunc('minute', a.finished_at, 'UTC') AS minute, count(*) AS n,
 -- cron with 60 of a tenant's million rows, since every day's index scan
 -- ran to its end looking for them. Here each table gives the cron's rows
 -- from its cron index (an equality the generic plan can use), and the few
--- rows a cron has are sorted by id.
+-- rows a cron has are sorted by id. The hot table's cron index holds
+-- SCHEDULED rows only (migration 16): its RUNNING rows, the jobs in
+-- flight, are a branch of their own, as in search_jobs.
 SELECT * FROM (
     (SELECT 'far' AS place, id, owner_service, idempotency_key, type, cron_id, scheduled_for,
             run_at, status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
@@ -1303,7 +1322,20 @@ SELECT * FROM (
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
         AND cron_id = %(cron_id)s::uuid
-        AND (%(status)s::text IS NULL OR status = %(status)s::text)
+        AND status = 'SCHEDULED' AND (%(status)s::text IS NULL OR %(status)s::text = 'SCHEDULED')
+        AND run_at >= %(run_from)s AND run_at < %(run_to)s
+        AND %(finished)s::bool IS NULL
+      ORDER BY id DESC
+      LIMIT %(limit)s)
+    UNION ALL
+    (SELECT 'near', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
+            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
+            created_at, NULL, paused_at, pause_reason
+       FROM jobs
+      WHERE owner_service = %(owner)s AND id < %(before)s
+        AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND cron_id = %(cron_id)s::uuid
+        AND status = 'RUNNING' AND (%(status)s::text IS NULL OR %(status)s::text = 'RUNNING')
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
         AND %(finished)s::bool IS NULL
       ORDER BY id DESC
