@@ -258,3 +258,6 @@ async def test_a_crons_readers_of_the_hot_table_use_its_indexes_in_a_wave(
             assert all(n["Node Type"] != "Seq Scan" for n in on_jobs), (
                 name, [(n["Node Type"], n.get("Index Name")) for n in on_jobs],
             )  # fmt: skip
+            if name == "revoke_replaced":  # at every start of a REPLACE occurrence
+                read = {n.get("Index Name") for n in on_jobs if "Scan" in n["Node Type"]}
+                assert read == {"jobs_replace_idx"}, read  # not the lease index: every running row

@@ -827,11 +827,12 @@ SELECT now() AS now;
 -- REPLACE: a newer occurrence starts, the running ones are revoked. Moving
 -- them to history makes their heartbeat and completion match no row (fenced).
 -- An occurrence carries the policy it was made with: those made under
--- REPLACE are revoked (found by jobs_replace_idx, migration 16); one made
--- before the cron's policy became REPLACE runs to its end.
+-- REPLACE are revoked (found by jobs_replace_idx, migration 16: status <>
+-- 'SCHEDULED' is RUNNING, written so that the lease index does not match);
+-- one made before the cron's policy became REPLACE runs to its end.
 WITH gone AS (
     DELETE FROM jobs
-     WHERE cron_id = %(cron_id)s AND concurrency = 'REPLACE' AND status = 'RUNNING'
+     WHERE cron_id = %(cron_id)s AND concurrency = 'REPLACE' AND status <> 'SCHEDULED'
        AND id <> %(keep)s
     RETURNING *
 )
