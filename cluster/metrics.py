@@ -247,7 +247,7 @@ STORE_QUERY_SECONDS = Histogram(
 DB_POOL = Gauge(
     "vakit_db_pool_connections",
     "This process's connections to a shard: size (open), idle, and waiting "
-    "(requests queued for a connection), as of its last statement there.",
+    "(requests queued for a connection), when scraped.",
     ["shard", "state"],
 )
 MAINTENANCE_LAST_SUCCESS = Gauge(

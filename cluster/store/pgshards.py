@@ -50,6 +50,9 @@ __all__ = ["PgShards", "translate_errors", "wrap_exceptions"]
 # A connection back from use this recently is not checked again before reuse.
 _FRESH_SECONDS = 2.0
 
+# vakit_db_pool_connections' states, from psycopg_pool's statistics.
+_POOL_STATS = {"size": "pool_size", "idle": "pool_available", "waiting": "requests_waiting"}
+
 R = TypeVar("R")
 M = TypeVar("M", bound=Callable[..., Coroutine[Any, Any, Any]])
 
@@ -202,10 +205,6 @@ class PgShards:
         # rest is for the network.
         self.request_timeout = statement_timeout + timeout
         self._timers: dict[tuple[int, str], Any] = {}
-        self._pool_gauges = [
-            tuple(metrics.DB_POOL.labels(str(i), state) for state in ("size", "idle", "waiting"))
-            for i in range(self.shard_count)
-        ]
         self._dsns = [
             _bounded(dsn, statement_timeout, idle_in_transaction_timeout, keepalive_seconds)
             for dsn in dsns
@@ -223,7 +222,9 @@ class PgShards:
                 # only idle ones are checked, a round trip per checkout was
                 # a tenth of a worker's CPU in a wave.
                 check=self._check_if_idle,
-                reset=self._stamp,
+                # No reset hook: with one, the pool hands every returned
+                # connection to its maintenance worker (a queue and a task
+                # switch per statement); connection() stamps it instead.
                 # The background refill gives up after a minute; connections
                 # are still made on demand, so a shard that comes back later
                 # is used again.
@@ -232,9 +233,6 @@ class PgShards:
             )
             for i, dsn in enumerate(self._dsns)
         ]
-
-    async def _stamp(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self._returned[conn] = time.monotonic()
 
     async def _check_if_idle(self, conn: psycopg.AsyncConnection[Any]) -> None:
         last = self._returned.get(conn)
@@ -247,6 +245,15 @@ class PgShards:
             watchdog.cancel()
 
     async def open(self) -> None:
+        # The pools' state is read when /metrics is scraped, not written at
+        # each statement (a tenth of a statement's own CPU in the API). The
+        # process's open store is the one its gauges show.
+        this = weakref.ref(self)
+        for shard in range(self.shard_count):
+            for state, stat in _POOL_STATS.items():
+                metrics.DB_POOL.labels(str(shard), state).set_function(
+                    functools.partial(_pool_stat, this, shard, stat)
+                )
         for pool in self._pools:
             # wait=False: a shard that is down at start must not stop the
             # others from serving; the pool keeps reconnecting.
@@ -274,6 +281,12 @@ class PgShards:
                     watchdog = _Watchdog(conn, self.request_timeout)
                     try:
                         yield conn
+                    except BaseException:
+                        # Checked before its next use, however soon.
+                        self._returned.pop(conn, None)
+                        raise
+                    else:
+                        self._returned[conn] = time.monotonic()
                     finally:
                         watchdog.cancel()
         except ShardUnavailable as exc:
@@ -329,8 +342,8 @@ class PgShards:
             self._observe(shard, name, time.perf_counter() - started)
 
     def _observe(self, shard: int, name: str, seconds: float) -> None:
-        """The statement's time, and the pool's state as the statement ends
-        (children kept: a wave runs a few statements per 500 jobs)."""
+        """The statement's time (children kept: a wave runs a few statements
+        per 500 jobs)."""
         if not 0 <= shard < self.shard_count:
             return  # connection() refused it; let its ValueError through
         key = (shard, name)
@@ -345,13 +358,14 @@ class PgShards:
                 kind="client",
                 attributes={"db.system": "postgresql", "db.operation.name": name, "vakit.shard": shard},
             )
-        stats = self._pools[shard].get_stats()
-        gauges = self._pool_gauges[shard]
-        gauges[0].set(stats.get("pool_size", 0))
-        gauges[1].set(stats.get("pool_available", 0))
-        gauges[2].set(stats.get("requests_waiting", 0))
 
     @wrap_exceptions
     async def schema_version(self, shard: int) -> int:
         rows = await self.fetch(shard, "schema_version", {})
         return int(rows[0]["version"])
+
+
+def _pool_stat(shards: weakref.ReferenceType[PgShards], shard: int, stat: str) -> float:
+    """One of a shard pool's statistics, 0 once its store is gone."""
+    store = shards()
+    return float(store._pools[shard].get_stats().get(stat, 0)) if store is not None else 0.0
