@@ -57,12 +57,27 @@ async def test_a_batch_holds_at_most_most_and_shards_do_not_wait_for_each_other(
     calls = [asyncio.create_task(c.submit(i % 2, 2 * i)) for i in range(10)]
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    # Each shard's writer took at most three, at once, whatever the other does.
-    assert sorted(rec.batches) == [(0, [0, 4, 8]), (1, [2, 6, 10])]
+    # The first call of each shard writes itself, whatever the other does;
+    # the rest wait for it.
+    assert sorted(rec.batches) == [(0, [0]), (1, [2])]
     rec.gate.set()
     await asyncio.gather(*calls)
-    sizes = [len(items) for _, items in rec.batches]
-    assert max(sizes) == 3 and sum(sizes) == 10
+    # Then a writer per shard took at most three at once.
+    assert sorted(rec.batches[2:]) == [(0, [4, 8, 12]), (0, [16]), (1, [6, 10, 14]), (1, [18])]
+
+
+async def test_a_call_that_writes_itself_starts_a_writer_for_those_that_waited() -> None:
+    rec = Recorder()
+    c: Coalescer[int, int] = Coalescer(rec.run, in_flight=1, most=100)
+    first = asyncio.create_task(c.submit(0, 2))
+    await asyncio.sleep(0)
+    later = [asyncio.create_task(c.submit(0, i)) for i in (4, 6)]
+    await asyncio.sleep(0)
+    assert rec.batches == [(0, [2])]
+    rec.gate.set()
+    assert await first == 20
+    assert await asyncio.gather(*later) == [40, 60]
+    assert rec.batches == [(0, [2]), (0, [4, 6])]
 
 
 async def test_a_failed_batch_fails_each_of_its_calls_and_the_next_batch_still_goes() -> None:
@@ -78,9 +93,11 @@ async def test_a_failed_batch_fails_each_of_its_calls_and_the_next_batch_still_g
     c: Coalescer[int, int] = Coalescer(run, in_flight=1, most=2)
     calls = [asyncio.create_task(c.submit(0, i)) for i in range(5)]
     outcomes = await asyncio.gather(*calls, return_exceptions=True)
-    assert seen == [[0, 1], [2, 3], [4]]
-    assert all(isinstance(o, ConnectionError) for o in outcomes[:2])
-    assert outcomes[2:] == [2, 3, 4]
+    # The first writes itself; the others go two at a time.
+    assert seen == [[0], [1, 2], [3, 4]]
+    assert outcomes[0] == 0
+    assert all(isinstance(o, ConnectionError) for o in outcomes[1:3])
+    assert outcomes[3:] == [3, 4]
 
 
 async def test_a_caller_that_goes_away_leaves_the_others_their_outcomes() -> None:
