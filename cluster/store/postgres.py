@@ -58,7 +58,7 @@ from cluster.model import (
     WorkerBeatParams,
     WorkersSeenParams,
 )
-from cluster.model.jsontext import json_text
+from cluster.model.jsontext import json_bytes, json_text
 from cluster.store.coalesce import Coalescer
 from cluster.store.pgshards import PgShards, wrap_exceptions
 from cluster.store.sql import QUERIES
@@ -779,8 +779,10 @@ def _job_fields(p: CreateJobParams) -> dict[str, Any]:
 
 def _job_row(p: CreateJobParams) -> dict[str, Any]:
     row = _job_fields(p)
-    row["target"] = Jsonb(p.target)
-    row["payload"] = Jsonb(p.payload)
+    # orjson's text (json_bytes), not psycopg's default json.dumps: a tenth
+    # of the CPU, two values a create.
+    row["target"] = Jsonb(p.target, json_bytes)
+    row["payload"] = Jsonb(p.payload, json_bytes)
     return row
 
 

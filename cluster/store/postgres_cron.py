@@ -45,6 +45,7 @@ from cluster.model import (
     TriggerCronParams,
     WaitingCronsParams,
 )
+from cluster.model.jsontext import json_bytes
 from cluster.store.pgshards import wrap_exceptions
 from cluster.store.postgres import PgStore
 from cluster.store.sql import QUERIES
@@ -66,8 +67,8 @@ def _cron_row(c: CronRecord) -> dict[str, Any]:
         "time_zone": c.time_zone,
         "type": c.type,
         "target_kind": c.target_kind,
-        "target": Jsonb(c.target),
-        "payload": Jsonb(c.payload),
+        "target": Jsonb(c.target, json_bytes),
+        "payload": Jsonb(c.payload, json_bytes),
         "misfire_policy": c.misfire_policy,
         "concurrency": c.concurrency,
         "jitter_seconds": c.jitter_seconds,
