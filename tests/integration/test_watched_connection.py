@@ -1,0 +1,225 @@
+"""The shard pools' connection keeps its socket registered with the event
+loop (cluster/store/watched.py): statements still get their answers, a
+statement that is cancelled or whose link is cut still ends as psycopg's own
+wait would end it, and a closed socket is never left registered (a new
+connection reusing its descriptor number would wait for ever).
+
+Every test runs on asyncio's own loop and on uvloop (what the API and the
+workers run on), against a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import socket
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import psycopg
+import pytest
+import uvloop
+
+from cluster.store import watched
+from cluster.store.pgshards import PgShards
+from cluster.store.watched import WatchedConnection
+
+pytestmark = pytest.mark.integration
+
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": uvloop.new_event_loop,
+}
+
+
+@pytest.fixture(params=sorted(LOOPS))
+def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
+    """Runs a coroutine to its end on a new loop of the parameter's kind."""
+
+    def on_loop(coro: Coroutine[Any, Any, Any]) -> Any:
+        with asyncio.Runner(loop_factory=LOOPS[request.param]) as runner:
+            return runner.run(asyncio.wait_for(coro, 60))
+
+    return on_loop
+
+
+async def _connect(dsn: str) -> WatchedConnection:
+    return await WatchedConnection.connect(dsn, autocommit=True)
+
+
+async def _reconnect_on(dsn: str, fd: int) -> WatchedConnection:
+    """A new connection whose socket has descriptor number ``fd`` (the one a
+    closed connection had): what makes a registration left behind hang."""
+    held = []
+    try:
+        for _ in range(20):
+            conn = await _connect(dsn)
+            if conn.pgconn.socket == fd:
+                return conn
+            held.append(conn)  # keep its number taken; the next may get fd
+        raise AssertionError(f"no new connection got descriptor {fd}")
+    finally:
+        for conn in held:
+            await conn.close()
+
+
+async def _answers(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The connection answers a statement (within 5 s: a socket the loop
+    does not watch would never be read)."""
+    cur = await asyncio.wait_for(conn.execute("SELECT 41 + 1"), 5)
+    assert await cur.fetchone() == (42,)
+
+
+def test_statements_small_and_large_get_their_answers(run: Any, shard_dsns: list[str]) -> None:
+    async def body() -> None:
+        async with await _connect(shard_dsns[0]) as conn:
+            for i in range(200):
+                cur = await conn.execute("SELECT %s::int * 2", (i,))
+                assert await cur.fetchone() == (i * 2,)
+            # An answer of many reads.
+            cur = await conn.execute("SELECT g, repeat('x', 100) FROM generate_series(1, 100000) g")
+            rows = await cur.fetchall()
+            assert len(rows) == 100_000 and rows[-1] == (100_000, "x" * 100)
+            # A statement larger than the socket's buffer waits to write:
+            # psycopg's own wait serves it, and the next statement is ours again.
+            big = "y" * (16 * 1024 * 1024)
+            cur = await conn.execute("SELECT length(%s)", (big,))
+            assert await cur.fetchone() == (len(big),)
+            await _answers(conn)
+            # A wait longer than the ticks' interval: woken with nothing
+            # ready and registered again, twice or more, and answered.
+            cur = await conn.execute("SELECT pg_sleep(0.6), 7")
+            assert await cur.fetchone() == ("", 7)
+            # A wait with a deadline is psycopg's too.
+            async with conn.transaction():
+                await conn.execute("SELECT 1")
+            await _answers(conn)
+
+    run(body())
+
+
+def test_a_socket_is_registered_once_for_many_statements(
+    run: Any, shard_dsns: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registered: list[int] = []
+    start = watched._Watch.__init__
+
+    def counting(self: watched._Watch, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        registered.append(fd)
+        start(self, loop, fd)
+
+    monkeypatch.setattr(watched._Watch, "__init__", counting)
+
+    async def body() -> None:
+        async with await _connect(shard_dsns[0]) as conn:
+            for _ in range(50):
+                await _answers(conn)
+            # Idle, the ticker stops.
+            await asyncio.sleep(0.5)
+            assert conn._watch is not None and conn._watch.ticker is None
+            await _answers(conn)
+
+    run(body())
+    assert len(registered) == 1
+
+
+def test_an_idle_connection_the_server_ends_is_unwatched_and_its_number_reused(
+    run: Any, shard_dsns: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = 0
+    readable = watched._Watch._readable
+
+    def counting(self: watched._Watch) -> None:
+        nonlocal calls
+        calls += 1
+        readable(self)
+
+    monkeypatch.setattr(watched._Watch, "_readable", counting)
+
+    async def body() -> None:
+        conn = await _connect(shard_dsns[0])
+        await _answers(conn)
+        calls_before = calls
+        async with await psycopg.AsyncConnection.connect(shard_dsns[0], autocommit=True) as other:
+            await other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        # The end of the session is readable while nobody reads: the socket
+        # is unwatched after a call or two, not called back at every turn.
+        await asyncio.sleep(0.5)
+        assert 1 <= calls - calls_before <= 3
+        assert conn._watch is not None and not conn._watch.active
+        fd = conn.pgconn.socket
+        with pytest.raises(psycopg.OperationalError):
+            await conn.execute("SELECT 1")
+        await conn.close()
+        async with await _reconnect_on(shard_dsns[0], fd) as again:
+            await _answers(again)
+
+    run(body())
+
+
+def test_a_link_cut_mid_statement_fails_it_and_the_number_is_reused(
+    run: Any, shard_dsns: list[str]
+) -> None:
+    async def body() -> None:
+        conn = await _connect(shard_dsns[0])
+        fd = conn.pgconn.socket
+        loop = asyncio.get_running_loop()
+
+        def cut() -> None:  # as PgShards' watchdog severs a link that answers nothing
+            with socket.socket(fileno=os.dup(fd)) as dup:
+                dup.shutdown(socket.SHUT_RDWR)
+
+        loop.call_later(0.3, cut)
+        with pytest.raises(psycopg.OperationalError):
+            await conn.execute("SELECT pg_sleep(30)")
+        assert conn.broken
+        await conn.close()
+        async with await _reconnect_on(shard_dsns[0], fd) as again:
+            await _answers(again)
+
+    run(body())
+
+
+def test_a_cancelled_statement_is_cancelled_on_the_server_as_psycopg_does(
+    run: Any, shard_dsns: list[str]
+) -> None:
+    async def body() -> None:
+        async with await _connect(shard_dsns[0]) as conn:
+            sleeping = asyncio.create_task(conn.execute("SELECT pg_sleep(30)"))
+            await asyncio.sleep(0.3)
+            sleeping.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sleeping
+            # psycopg's wait cancelled the query and read its end: the
+            # connection is idle and answers (the sleep would have taken 30 s).
+            assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            await _answers(conn)
+
+    run(body())
+
+
+def test_a_connection_dropped_without_close_leaves_nothing_registered(
+    run: Any, shard_dsns: list[str]
+) -> None:
+    async def body() -> None:
+        conn = await _connect(shard_dsns[0])
+        await _answers(conn)
+        fd = conn.pgconn.socket
+        with pytest.warns(ResourceWarning):
+            del conn
+            gc.collect()
+        async with await _reconnect_on(shard_dsns[0], fd) as again:
+            await _answers(again)
+
+    run(body())
+
+
+async def test_the_shard_pools_use_it(shard_dsns: list[str]) -> None:
+    shards = PgShards(shard_dsns, max_size=2)
+    await shards.open()
+    try:
+        async with shards.connection(0) as conn:
+            assert isinstance(conn, WatchedConnection)
+            await _answers(conn)
+    finally:
+        await shards.close()
