@@ -30,8 +30,9 @@ import os
 import socket
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from types import TracebackType
 from typing import Any, TypeVar, cast
 
 import psycopg
@@ -74,37 +75,45 @@ def _unavailable(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.Error) and state[:2] in _UNAVAILABLE_CLASSES
 
 
-@contextmanager
-def translate_errors(shard: int) -> Iterator[None]:
-    """Turn any psycopg error raised inside into the project's own, once.
+def translated(exc: BaseException, shard: int) -> BaseException:
+    """The project's own error for ``exc`` (its cause set), or ``exc`` itself
+    when it is not psycopg's (every psycopg error gets one of ours).
 
     Unavailable → :class:`ShardUnavailable`; a unique violation →
     :class:`Conflict` with ``constraint``; any other psycopg error →
     :class:`StoreError` with ``sqlstate``. Our own errors pass untouched, so
-    nesting (a method over :meth:`PgStore.connection`) translates once.
-    Works around ``await``s: a plain ``with`` in a coroutine."""
-    try:
-        yield
-    except VakitError:
-        raise
-    except psycopg.errors.UniqueViolation as exc:
+    nesting (a method over :meth:`PgStore.connection`) translates once."""
+    if not isinstance(exc, psycopg.Error) or isinstance(exc, VakitError):
+        return exc
+    out: VakitError
+    if isinstance(exc, psycopg.errors.UniqueViolation):
         constraint = exc.diag.constraint_name
-        raise Conflict(
+        out = Conflict(
             f"unique constraint {constraint} refused the write",
             constraint=constraint,
             shard=shard,
             sqlstate=exc.sqlstate,
-        ) from exc
-    except psycopg.Error as exc:  # PoolTimeout is one too
-        if _unavailable(exc):
-            raise ShardUnavailable(
-                f"shard {shard} is unavailable: {type(exc).__name__}", shard=shard
-            ) from exc
-        raise StoreError(
+        )
+    elif _unavailable(exc):  # PoolTimeout is a psycopg error too
+        out = ShardUnavailable(f"shard {shard} is unavailable: {type(exc).__name__}", shard=shard)
+    else:
+        out = StoreError(
             f"shard {shard}: {type(exc).__name__}: {exc}".strip(),
             shard=shard,
             sqlstate=exc.sqlstate,
-        ) from exc
+        )
+    out.__cause__ = exc
+    return out
+
+
+@contextmanager
+def translate_errors(shard: int) -> Iterator[None]:
+    """:func:`translated` for any error raised inside. Works around
+    ``await``s: a plain ``with`` in a coroutine."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise translated(exc, shard) from exc
 
 
 class _Watchdog:
@@ -132,6 +141,66 @@ class _Watchdog:
 
     def cancel(self) -> None:
         self._handle.cancel()
+
+
+class _Checkout:
+    """:meth:`PgShards.connection`'s block: the pool's ``getconn`` and
+    ``putconn`` around it, with the watchdog, the stamp that spares the
+    next checkout its check, and the translation of errors.
+
+    A class, not an ``@asynccontextmanager`` over the pool's own
+    ``connection()``: each of those is an async generator (the event loop
+    registers every one in a weak set), and the connection's own context
+    commits at the end, taking its lock and running a wait, though an
+    autocommit connection has nothing to commit. The pool's ``putconn``
+    deals with whatever state the block leaves (rolls back a transaction
+    left open, discards a connection in the middle of a query or broken).
+    """
+
+    __slots__ = ("_conn", "_shard", "_shards", "_watchdog")
+
+    def __init__(self, shards: PgShards, shard: int) -> None:
+        self._shards = shards
+        self._shard = shard
+        self._conn: WatchedConnection | None = None
+        self._watchdog: _Watchdog | None = None
+
+    async def __aenter__(self) -> WatchedConnection:
+        try:
+            conn = await self._shards._pools[self._shard].getconn()
+        except psycopg.Error as exc:
+            raise translated(exc, self._shard) from exc
+        self._conn = conn
+        self._watchdog = _Watchdog(conn, self._shards.request_timeout)
+        return conn
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        conn, watchdog, shards, shard = self._conn, self._watchdog, self._shards, self._shard
+        assert conn is not None and watchdog is not None
+        watchdog.cancel()
+        if exc is None:
+            shards._returned[conn] = time.monotonic()
+        else:
+            shards._returned.pop(conn, None)  # checked before its next use, however soon
+        try:
+            await shards._pools[shard].putconn(conn)
+        except psycopg.Error as put_failed:
+            if exc is None:
+                exc = put_failed
+        if exc is None:
+            return
+        out = translated(exc, shard)
+        if isinstance(out, ShardUnavailable):
+            message = (
+                f"shard {shard} did not answer within {watchdog.seconds:.1f} s"
+                if watchdog.fired
+                else out.message
+            )
+            raise ShardUnavailable(message, shard=shard, maybe_written=True) from out
+        if out is not exc:
+            raise out from exc
 
 
 def _bounded(
@@ -171,9 +240,10 @@ def wrap_exceptions(method: M) -> M:
 
     @functools.wraps(method)
     async def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
-        shard = args[0] if args else kwargs["shard"]
-        with translate_errors(shard):
+        try:
             return await method(self, *args, **kwargs)
+        except psycopg.Error as exc:  # translate_errors, without its layers
+            raise translated(exc, args[0] if args else kwargs["shard"]) from exc
 
     return cast(M, wrapped)
 
@@ -267,10 +337,10 @@ class PgShards:
         for pool in self._pools:
             await pool.close()
 
-    @asynccontextmanager
-    async def connection(self, shard: int) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection to ``shard`` (autocommit); errors raised in the
-        block, by the pool or by a statement, come out translated.
+    def connection(self, shard: int) -> _Checkout:
+        """A pooled connection to ``shard`` (autocommit), as ``async with``;
+        errors raised in the block, by the pool or by a statement, come out
+        translated.
 
         The block has :attr:`request_timeout` seconds; past it the connection
         is severed and the block fails with :class:`ShardUnavailable`. That
@@ -278,30 +348,7 @@ class PgShards:
         statement may have reached the shard."""
         if not 0 <= shard < self.shard_count:
             raise ValueError(f"shard {shard} out of range 0..{self.shard_count - 1}")
-        watchdog: _Watchdog | None = None
-        try:
-            with translate_errors(shard):
-                async with self._pools[shard].connection() as conn:
-                    watchdog = _Watchdog(conn, self.request_timeout)
-                    try:
-                        yield conn
-                    except BaseException:
-                        # Checked before its next use, however soon.
-                        self._returned.pop(conn, None)
-                        raise
-                    else:
-                        self._returned[conn] = time.monotonic()
-                    finally:
-                        watchdog.cancel()
-        except ShardUnavailable as exc:
-            if watchdog is None:
-                raise
-            message = (
-                f"shard {shard} did not answer within {watchdog.seconds:.1f} s"
-                if watchdog.fired
-                else exc.message
-            )
-            raise ShardUnavailable(message, shard=shard, maybe_written=True) from exc
+        return _Checkout(self, shard)
 
     async def listen(self, shard: int, channel: str) -> AsyncGenerator[None, None]:
         """Yields once when ``shard`` listens on ``channel`` (a notification
