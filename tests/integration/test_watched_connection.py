@@ -63,6 +63,12 @@ async def _reconnect_on(dsn: str, fd: int) -> WatchedConnection:
             await conn.close()
 
 
+async def _reused_number_answers(dsn: str, fd: int) -> None:
+    """A new connection on the descriptor number ``fd`` answers."""
+    async with await _reconnect_on(dsn, fd) as again:
+        await _answers(again)
+
+
 async def _answers(conn: psycopg.AsyncConnection[Any]) -> None:
     """The connection answers a statement (within 5 s: a socket the loop
     does not watch would never be read)."""
@@ -151,8 +157,7 @@ def test_an_idle_connection_the_server_ends_is_unwatched_and_its_number_reused(
         with pytest.raises(psycopg.OperationalError):
             await conn.execute("SELECT 1")
         await conn.close()
-        async with await _reconnect_on(shard_dsns[0], fd) as again:
-            await _answers(again)
+        await _reused_number_answers(shard_dsns[0], fd)
 
     run(body())
 
@@ -174,8 +179,7 @@ def test_a_link_cut_mid_statement_fails_it_and_the_number_is_reused(
             await conn.execute("SELECT pg_sleep(30)")
         assert conn.broken
         await conn.close()
-        async with await _reconnect_on(shard_dsns[0], fd) as again:
-            await _answers(again)
+        await _reused_number_answers(shard_dsns[0], fd)
 
     run(body())
 
@@ -208,8 +212,7 @@ def test_a_connection_dropped_without_close_leaves_nothing_registered(
         with pytest.warns(ResourceWarning):
             del conn
             gc.collect()
-        async with await _reconnect_on(shard_dsns[0], fd) as again:
-            await _answers(again)
+        await _reused_number_answers(shard_dsns[0], fd)
 
     run(body())
 
