@@ -493,30 +493,49 @@ class Worker:
         self._stopping.set()
         # Held (preloaded) jobs are not started any more: they are released.
         self.wheel.clear()
-        pending = [e.task for s in self._shards.values() for e in s.inflight.values() if e.task]
+        # Nor are jobs whose task has not called its target yet (one waiting
+        # out a target's limit, or the last moment before its due time): a
+        # slot freed during the grace must not start a firing the grace
+        # then cuts off, and such a job goes back with its attempt refunded.
+        entries = [e for s in self._shards.values() for e in s.inflight.values()]
+        waiting = [e.task for e in entries if e.task is not None and not e.fired and not e.task.done()]
+        for task in waiting:
+            task.cancel()
+        pending = [e.task for e in entries if e.task is not None and not e.task.done()]
         if pending:
             await asyncio.wait(pending, timeout=grace)
-        # Release what did not finish in time.
-        for shard, state in self._shards.items():
-            unfinished = [e for e in state.inflight.values() if e.task is None or not e.task.done()]
-            for entry in unfinished:
-                if entry.task is not None:
-                    entry.task.cancel()
-            if unfinished:
-                await asyncio.gather(*(e.task for e in unfinished if e.task), return_exceptions=True)
-                try:
-                    await self.store.release_jobs(
-                        shard,
-                        ReleaseParams(
-                            tuple(e.job.lease for e in unfinished),
-                            tuple(not e.fired for e in unfinished),
-                            self.worker_id,
-                        ),
-                    )
-                except Exception as exc:
-                    log.warning("release failed (leases will expire): %s", exc, extra={"shard": shard})
-                for entry in unfinished:
-                    state.inflight.pop(entry.job.id, None)
+        # Release what did not finish in time. Every shard's tasks are
+        # cancelled before any is awaited: a firing that ends on one shard
+        # frees its target's slot, and no job of another shard may take it.
+        # A task cancelled above left no outcome: its job is released too.
+        unfinished = {
+            shard: [
+                e for e in state.inflight.values()
+                if e.task is None or not e.task.done() or e.task.cancelled()
+            ]
+            for shard, state in self._shards.items()
+        }
+        tasks = [e.task for held in unfinished.values() for e in held if e.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for shard, held in unfinished.items():
+            if not held:
+                continue
+            try:
+                await self.store.release_jobs(
+                    shard,
+                    ReleaseParams(
+                        tuple(e.job.lease for e in held),
+                        tuple(not e.fired for e in held),
+                        self.worker_id,
+                    ),
+                )
+            except Exception as exc:
+                log.warning("release failed (leases will expire): %s", exc, extra={"shard": shard})
+            inflight = self._shards[shard].inflight
+            for entry in held:
+                inflight.pop(entry.job.id, None)
         # Let each completer write everything queued so far, then end.
         for state in self._shards.values():
             state.completer.drain()
