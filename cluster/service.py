@@ -246,7 +246,9 @@ async def run_worker(settings: Settings) -> None:
     loops = [
         LeaderLoop(Reaper(store, owners=tenants), coordinator, n, settings.reaper_interval),
         LeaderLoop(Mover(store, settings.far_horizon_seconds), coordinator, n, 5.0),
-        LeaderLoop(Janitor(store, settings.history_retention_days), coordinator, n, 3600.0),
+        LeaderLoop(
+            Janitor(store, settings.history_retention_days, crons=crons), coordinator, n, 3600.0
+        ),
         LeaderLoop(BacklogProbe(store), coordinator, n, 5.0, owners_too=True),
         LeaderLoop(
             materializer,

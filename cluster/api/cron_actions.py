@@ -4,7 +4,8 @@
 A backfill writes the occurrences of a past range: the slots the schedule
 had there, each at most once by the database's ``(cron_id, scheduled_for)``
 key, so a backfill run twice (or over a night that partly ran) doubles
-nothing. Each call writes at most :data:`MAX_BACKFILL` slots.
+nothing. Each call writes at most :data:`MAX_BACKFILL` slots, none older
+than the history's retention (the janitor prunes that key's rows with it).
 """
 
 from __future__ import annotations
@@ -80,6 +81,15 @@ async def backfill_cron(cron_job_id: str, body: BackfillIn, ctx: Ctx, owner: Own
         raise InvalidRequest(
             "to is in the future: a backfill covers past slots (the schedule runs the rest)",
             field="to",
+        )
+    days = ctx.settings.history_retention_days
+    if start < now - timedelta(days=days):
+        # The ledger that makes a slot run once keeps a slot as long as the
+        # history does: an older one could run twice.
+        raise InvalidRequest(
+            f"from is older than the history's retention ({days} days): "
+            "whether those slots ran is no longer known",
+            field="from",
         )
     fires = schedule_of(cron).fires(start - timedelta(microseconds=1), count=MAX_BACKFILL + 1)
     slots = [f.scheduled_for for f in fires if f.scheduled_for < end]

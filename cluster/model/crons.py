@@ -27,6 +27,7 @@ __all__ = [
     "Occurrence",
     "PendingInfo",
     "PendingParams",
+    "PruneOccurrencesParams",
     "TriggerCronParams",
     "WaitingCronsParams",
 ]
@@ -286,6 +287,18 @@ class LastSuccessParams:
 class PendingParams:
     cron_ids: tuple[uuid.UUID, ...]
     with_finished: bool = False  # also when each cron's latest occurrence finished (fixed delay)
+
+
+@dataclass(frozen=True)
+class PruneOccurrencesParams:
+    """The janitor's batch of the occurrence ledger: at most ``limit`` rows
+    made before ``before`` for slots before it, whose job is not pending
+    (done, or its history expired). No slot that old can be made again: a
+    materializer makes none before its cron's next fire time, and a
+    backfill none older than the retention."""
+
+    before: datetime
+    limit: int = 10_000
 
 
 @dataclass(frozen=True)

@@ -317,6 +317,8 @@ class MaintenanceResult:
     dropped_partitions: list[str] = field(default_factory=list)
     purged_rows: int = 0
     purged_keys: int = 0
+    # The start of the oldest day kept: what finished before it is gone.
+    cutoff: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ from cluster.model import (
     PauseJobParams,
     PendingInfo,
     PendingParams,
+    PruneOccurrencesParams,
     ReapParams,
     ReapResult,
     ReleaseParams,
@@ -326,4 +327,9 @@ class CronStore(Protocol):
 
     async def crons_by_owner(self, shard: int, params: OwnerCountsParams) -> dict[str, int]:
         """Cron jobs defined per owner: the ``params.limit`` owners with the most."""
+        ...
+
+    async def prune_occurrences(self, shard: int, params: PruneOccurrencesParams) -> int:
+        """Delete a batch of the occurrence ledger's expired rows (see
+        :class:`PruneOccurrencesParams`); returns how many went."""
         ...

@@ -624,7 +624,7 @@ class MemStore:
             today = params.today or self._now().date()
             cutoff = today - timedelta(days=params.retention_days)
             before = datetime.combine(cutoff, datetime.min.time(), tzinfo=UTC)
-            result = MaintenanceResult()
+            result = MaintenanceResult(cutoff=before)
             for job_id in [i for i, j in s.history.items() if j.finished_at and j.finished_at < before]:
                 del s.history[job_id]
                 result.purged_rows += 1

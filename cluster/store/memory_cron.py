@@ -49,6 +49,7 @@ from cluster.model import (
     PauseCronParams,
     PendingInfo,
     PendingParams,
+    PruneOccurrencesParams,
     ResumeCronParams,
     RetryJobParams,
     TriggerCronParams,
@@ -66,6 +67,7 @@ class _Crons:
     by_name: dict[tuple[str, str], uuid.UUID] = field(default_factory=dict)
     # cron_occurrences: outlives the job, so a slot is never made twice.
     ledger: dict[tuple[uuid.UUID, datetime], uuid.UUID] = field(default_factory=dict)
+    made_at: dict[tuple[uuid.UUID, datetime], datetime] = field(default_factory=dict)  # created_at
     # cron_soon's listeners: a wake-up each, coalesced as NOTIFY's are.
     listeners: set[asyncio.Queue[None]] = field(default_factory=set)
 
@@ -112,6 +114,11 @@ class MemCronStore:
 
     def _now(self) -> datetime:
         return self.store.clock.now()
+
+    def _note(self, c: _Crons, key: tuple[uuid.UUID, datetime], job_id: uuid.UUID) -> None:
+        """A ledger row, made now (cron_occurrences' created_at)."""
+        c.ledger[key] = job_id
+        c.made_at[key] = self._now()
 
     def _view(self, shard: int, cron: CronRecord) -> CronRecord:
         """The record as the database shows it: last_success_at and the last
@@ -290,7 +297,7 @@ class MemCronStore:
                     cron_job_id=cron.id_text,
                     constraint="jobs_forbid_one_idx",
                 )
-            c.ledger[(cron.id, occ.scheduled_for)] = occ.job_id
+            self._note(c, (cron.id, occ.scheduled_for), occ.job_id)
             self._insert(shard, current, occ, far=False)
             return True
 
@@ -342,6 +349,7 @@ class MemCronStore:
             for job in gone:
                 del s.rows[job.id]
                 c.ledger.pop((cron.id, job.scheduled_for), None)
+                c.made_at.pop((cron.id, job.scheduled_for), None)
             next_fire = cron.next_fire_at
             if gone:
                 earliest = min(j.scheduled_for for j in gone)
@@ -381,7 +389,7 @@ class MemCronStore:
                 job_id = c.ledger.get((cron.id, at))
                 if job_id is None:
                     if not params.dry_run:
-                        c.ledger[(cron.id, at)] = new_id
+                        self._note(c, (cron.id, at), new_id)
                         self._insert(
                             shard, dataclasses.replace(cron, concurrency="ALLOW"),
                             Occurrence(new_id, at, params.run_at, None), far=False,
@@ -491,7 +499,7 @@ class MemCronStore:
                 for occ in item.occurrences:
                     if (cron.id, occ.scheduled_for) in c.ledger:
                         continue
-                    c.ledger[(cron.id, occ.scheduled_for)] = occ.job_id
+                    self._note(c, (cron.id, occ.scheduled_for), occ.job_id)
                     far = may_go_far and occ.run_at > far_edge
                     if not far and cron.concurrency == "FORBID" and self._pending_near(shard, cron.id):
                         refused.append(cron.id)  # the FORBID index refuses the job
@@ -503,6 +511,21 @@ class MemCronStore:
     async def crons_by_owner(self, shard: int, params: OwnerCountsParams) -> dict[str, int]:
         counts = Counter(x.owner for x in self._c(shard).by_id.values())
         return dict(counts.most_common(params.limit))
+
+    async def prune_occurrences(self, shard: int, params: PruneOccurrencesParams) -> int:
+        c = self._c(shard)
+        s = self.store._shard(shard)
+        gone = [
+            key
+            for key, job_id in c.ledger.items()
+            if key[1] < params.before
+            and c.made_at.get(key, params.before) < params.before
+            and job_id not in s.rows
+        ][: params.limit]
+        for key in gone:
+            del c.ledger[key]
+            c.made_at.pop(key, None)
+        return len(gone)
 
     async def last_successes(
         self, shard: int, params: LastSuccessParams

@@ -41,6 +41,7 @@ from cluster.model import (
     PauseCronParams,
     PendingInfo,
     PendingParams,
+    PruneOccurrencesParams,
     ResumeCronParams,
     TriggerCronParams,
     WaitingCronsParams,
@@ -388,6 +389,13 @@ class PgCronStore:
     async def crons_by_owner(self, shard: int, params: OwnerCountsParams) -> dict[str, int]:
         rows = await self.store.fetch(shard, "crons_by_owner", {"limit": params.limit})
         return {r["owner"]: r["n"] for r in rows}
+
+    @wrap_exceptions
+    async def prune_occurrences(self, shard: int, params: PruneOccurrencesParams) -> int:
+        args = {"before": params.before, "limit": params.limit}
+        async with self.store.connection(shard) as conn:
+            cur = await conn.execute(QUERIES["purge_cron_occurrences"], args)
+            return cur.rowcount
 
     @wrap_exceptions
     async def last_successes(

@@ -44,6 +44,7 @@ from cluster.model import (
     OwnerCountsParams,
     PauseCronParams,
     PendingParams,
+    PruneOccurrencesParams,
     ResumeCronParams,
     TriggerCronParams,
     WaitingCronsParams,
@@ -305,6 +306,41 @@ async def test_a_slot_is_never_written_twice(ch: CronHarness) -> None:
     again = await write(ch, advance(moved, occ(c, slot), nxt=slot + timedelta(hours=2)))
     assert again.advanced == frozenset({c.id}) and again.created == 0
     assert len(await ch.crons.runs(0, CronRunsParams(c.id, 10))) == 1
+
+
+async def test_the_janitor_prunes_ledger_rows_of_done_slots_past_the_retention(ch: CronHarness) -> None:
+    done, held = cron(ch, "done", at=-1), cron(ch, "held", at=-1)
+    await ch.crons.create_many(0, [done, held])
+    assert done.next_fire_at is not None and held.next_fire_at is not None
+    slots = [done.next_fire_at - timedelta(minutes=1), done.next_fire_at]
+    # Two slots of one cron that ran, one of another still pending (far:
+    # it runs in three hours), and a slot of two days ago made just now,
+    # as a backfill makes one.
+    pending = occ(held, held.next_fire_at, run_at=ch.now() + timedelta(hours=3))
+    assert (await write(ch, advance(done, *(occ(done, at) for at in slots)), advance(held, pending))).created == 3
+    recent = occ(done, ch.now() - timedelta(days=2))
+    assert await ch.crons.trigger(0, TriggerCronParams(done, recent))
+    claimed = await ch.store.claim_jobs(0, ClaimParams("w", 10, 30, 0, now=ch.now()))
+    assert len(claimed) == 3
+    results = tuple(JobResult(j.lease, Outcome.SUCCEEDED, "w", ch.now(), 0.0) for j in claimed)
+    await ch.store.finish_jobs(0, FinishParams(results, now=ch.now()))
+
+    # A day ago: the backfilled slot is older, but its row was made since.
+    day_ago = PruneOccurrencesParams(before=ch.now() - timedelta(days=1))
+    assert await ch.crons.prune_occurrences(0, day_ago) == 0
+    # Tomorrow: the two slots that ran go, a batch at a time; the pending
+    # job keeps its row.
+    tomorrow = ch.now() + timedelta(days=1)
+    assert await ch.crons.prune_occurrences(0, PruneOccurrencesParams(tomorrow, limit=2)) == 2
+    assert await ch.crons.prune_occurrences(0, PruneOccurrencesParams(tomorrow, limit=2)) == 1
+    assert await ch.crons.prune_occurrences(0, PruneOccurrencesParams(tomorrow)) == 0
+    # The rows are gone: a slot once made could be made again (which is
+    # why no backfill reaches past the retention).
+    moved = await get(ch, done)
+    again = await write(ch, advance(moved, occ(done, slots[0]), nxt=slots[0] + timedelta(hours=2)))
+    assert again.created == 1
+    stale = await get(ch, held)
+    assert (await write(ch, advance(stale, occ(held, held.next_fire_at)))).created == 0
 
 
 async def test_counts_missed_and_skipped(ch: CronHarness) -> None:

@@ -261,3 +261,81 @@ async def test_a_crons_readers_of_the_hot_table_use_its_indexes_in_a_wave(
             if name == "revoke_replaced":  # at every start of a REPLACE occurrence
                 read = {n.get("Index Name") for n in on_jobs if "Scan" in n["Node Type"]}
                 assert read == {"jobs_replace_idx"}, read  # not the lease index: every running row
+
+
+
+# The janitor's purges on a shard of 200,000 rows, the oldest 20,000 past
+# the retention, and 100,000 pending jobs in each of the hot and far
+# tables: per query, the table purged, how its rows are made, and the
+# index that must find the old ones.
+PURGES = {
+    # Migration 17's BRIN index: ledger rows go in creation order.
+    "purge_cron_occurrences": (
+        "cron_occurrences",
+        "INSERT INTO cron_occurrences (cron_id, scheduled_for, job_id, created_at)"
+        " SELECT gen_random_uuid(), t, gen_random_uuid(), t FROM {rows}",
+        "cron_occurrences_created_brin",
+    ),
+    "purge_job_keys": (
+        "job_keys",
+        "INSERT INTO job_keys (owner_service, idempotency_key, job_id, fingerprint, created_at)"
+        " SELECT 'svc', t::text, gen_random_uuid(), 'fp', t FROM {rows}",
+        "job_keys_created_idx",
+    ),
+}
+
+
+@pytest.mark.parametrize("query", sorted(PURGES))
+async def test_a_purge_batch_reads_the_old_rows_and_looks_their_jobs_up(
+    query: str, shard_dsns: list[str], store: PgStore
+) -> None:
+    # A batch reads about its own rows, not the 180,000 others, and looks
+    # each one's job up by primary key: written NOT EXISTS, the planner
+    # made hash anti-joins that read the whole hot and far tables a batch.
+    table, fill, index = PURGES[query]
+    now = datetime.now(UTC)
+    start = now - timedelta(days=60)
+    rows = "(SELECT %(start)s + i * interval '20 s' AS t FROM generate_series(1, 200000) AS i) r"
+    with psycopg.connect(shard_dsns[0], autocommit=True) as conn:
+        for pending in ("jobs", "jobs_far"):
+            conn.execute(
+                f"INSERT INTO {pending} (id, owner_service, type, scheduled_for, run_at, max_attempts,"
+                "                        timeout_seconds, target_kind, target, payload)"
+                " SELECT gen_random_uuid(), 'svc', 't', %(now)s, %(now)s, 3, 30, 'NOOP', '{}', '{}'"
+                "   FROM generate_series(1, 100000)",
+                {"now": now},
+            )
+        conn.execute(
+            "INSERT INTO job_history (id, owner_service, type, scheduled_for, run_at, status, attempt,"
+            "                         max_attempts, timeout_seconds, target_kind, target, payload,"
+            "                         created_at, finished_at)"
+            " SELECT gen_random_uuid(), 'svc', 't', %(now)s, %(now)s, 'SUCCEEDED', 1, 3, 30, 'NOOP',"
+            "        '{}', '{}', %(now)s, %(now)s FROM generate_series(1, 100000)",
+            {"now": now},
+        )
+        conn.execute(fill.format(rows=rows), {"start": start})
+        conn.execute("VACUUM ANALYZE")
+        # The history's days but today's are empty: the planner may scan those.
+        empty = {r[0] for r in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid"
+            " WHERE c.relname LIKE 'job_history%%' AND c.reltuples <= 0"
+        )}  # fmt: skip
+    before = start + timedelta(seconds=20 * 20_000)  # the first 20,000 rows
+    with psycopg.connect(shard_dsns[0]) as conn:  # rolled back below
+        row = conn.execute(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {QUERIES[query]}".encode(), {"before": before, "limit": 10_000}
+        ).fetchone()
+        conn.rollback()
+    assert row is not None
+    nodes = [n for _, n in plan_nodes(row[0][0]["Plan"])]
+    scans = [(n["Node Type"], n.get("Relation Name") or n.get("Index Name")) for n in nodes]
+    print(f"\n{query}: {scans}")
+    own = {n["Index Name"] for n in nodes if str(n.get("Index Name")).startswith(table)}
+    assert own == {index}, scans
+    assert not any(n["Node Type"] == "Seq Scan" and n["Relation Name"] == table for n in nodes), scans
+    read = sum(n["Actual Rows"] * n.get("Actual Loops", 1) for n in nodes if n.get("Relation Name") == table)
+    assert read <= 2 * 10_000, scans
+    lookups = [n for n in nodes if str(n.get("Relation Name")).startswith(("jobs", "job_history"))]
+    assert lookups and all(
+        n["Node Type"] in ("Index Scan", "Index Only Scan") or n["Relation Name"] in empty for n in lookups
+    ), scans

@@ -22,6 +22,7 @@ import shardmap
 from cluster.clock import FakeClock
 from cluster.coordination.base import StaticCoordinator
 from cluster.errors import Conflict, ShardUnavailable, StoreError
+from cluster.leader import janitor
 from cluster.leader.janitor import Janitor
 from cluster.leader.loop import LeaderLoop
 from cluster.leader.reaper import Reaper
@@ -47,6 +48,7 @@ from cluster.model import (
     RevokeReplacedParams,
     TriggerCronParams,
 )
+from cluster.store import postgres
 from cluster.store.pgshards import translate_errors
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
@@ -223,6 +225,47 @@ async def test_janitors_at_once_all_succeed(store: PgStore) -> None:
         assert sum(r.made_partitions for r in results) == 2 * 8  # two tables, 8 days, made once
         if n >= 4:
             assert sum(len(r.dropped_partitions) for r in results) >= 2 * 8
+
+
+async def test_a_janitor_pass_prunes_every_expired_ledger_row_and_key(
+    store: PgStore, shard_dsns: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Batches of two: one pass deletes all that expired, however many
+    # batches that takes (one batch an hourly pass let keys pile up).
+    monkeypatch.setattr(janitor, "PRUNE_BATCH", 2)
+    monkeypatch.setattr(postgres, "_PURGE_BATCH", 2)
+    crons = PgCronStore(store)
+    now = datetime.now(UTC)
+    cron = cron_record(next_fire_at=now + timedelta(hours=1), type="nightly")
+    await crons.create(0, cron)
+    for minutes in range(5):
+        at = now - timedelta(minutes=minutes)
+        occ = Occurrence(shardmap.new_uuid(shardmap.slot_of(cron.id)), at, at, None)
+        assert await crons.trigger(0, TriggerCronParams(cron, occ))
+    keyed = [job_params(URL, key=f"k{i}") for i in range(5)]
+    for p in keyed:
+        assert (await store.create_job(shard_of(p), p)).created
+    for shard in (0, 1):
+        claimed = await store.claim_jobs(shard, claim(limit=20))
+        await store.finish_jobs(shard, FinishParams(tuple(result(j) for j in claimed)))
+
+    def left() -> tuple[int, int]:
+        counts = [0, 0]
+        for dsn in shard_dsns:
+            with psycopg.connect(dsn) as conn:
+                for i, table in enumerate(("cron_occurrences", "job_keys")):
+                    row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+                    assert row is not None
+                    counts[i] += row[0]
+        return counts[0], counts[1]
+
+    assert left() == (5, 5)
+    # Within the retention, nothing goes; forty days on, all of it.
+    for days, expected in ((20, (5, 5)), (40, (0, 0))):
+        clock = FakeClock(now + timedelta(days=days))
+        for shard in (0, 1):
+            await Janitor(store, 30, clock, crons=crons).run_once(shard)
+        assert left() == expected
 
 
 # -- races between statements -----------------------------------------------------------

@@ -275,3 +275,21 @@ async def test_backfill_refuses_bad_ranges(api: httpx.AsyncClient, override: dic
     payload = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", **override}
     r = await api.post(f"/api/v1/cron-jobs/{cron_id}/backfill", json=payload, headers=A)
     assert r.status_code == 422 and r.headers["content-type"] == PROBLEM
+
+
+async def test_backfill_refuses_slots_older_than_the_history_retention(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    # The ledger keeps a slot as long as the history does (30 days here):
+    # an older slot's run can no longer be told from one that never was.
+    made = await api.post("/api/v1/cron-jobs", json=cron("nightly", timeZone="UTC"), headers=A)
+    cron_id = made.json()["cronJobId"]
+    url = f"/api/v1/cron-jobs/{cron_id}/backfill"
+    today = clock.now().replace(hour=0, minute=0, second=0)
+    old = {"from": iso(today - timedelta(days=31)), "to": iso(today - timedelta(days=28))}
+    r = await api.post(url, json=old, headers=A)
+    assert r.status_code == 422 and r.headers["content-type"] == PROBLEM
+    assert "retention (30 days)" in r.json()["detail"]
+    assert (await api.get(f"/api/v1/jobs?cronJobId={cron_id}", headers=A)).json()["items"] == []
+    within = {**old, "from": iso(today - timedelta(days=29))}  # its night at 02:00
+    assert (await api.post(url, json=within, headers=A)).json()["created"] == 1

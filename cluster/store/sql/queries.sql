@@ -498,12 +498,32 @@ SELECT (SELECT count(*) FROM h) + (SELECT count(*) FROM a) AS purged;
 -- A key lives as long as its job and the job's history: a job that waited
 -- longer than the retention keeps its key while it is pending and for the
 -- retention after it finished (the history lookup is each day's primary key).
+-- Each key's job is looked up by primary key, as in purge_cron_occurrences.
 DELETE FROM job_keys
  WHERE ctid IN (SELECT k.ctid FROM job_keys k
                  WHERE k.created_at < %(before)s
-                   AND NOT EXISTS (SELECT 1 FROM jobs WHERE id = k.job_id)
-                   AND NOT EXISTS (SELECT 1 FROM jobs_far WHERE id = k.job_id)
-                   AND NOT EXISTS (SELECT 1 FROM job_history WHERE id = k.job_id)
+                   AND (SELECT 1 FROM jobs WHERE id = k.job_id) IS NULL
+                   AND (SELECT 1 FROM jobs_far WHERE id = k.job_id) IS NULL
+                   AND (SELECT 1 FROM job_history WHERE id = k.job_id LIMIT 1) IS NULL
+                 LIMIT %(limit)s);
+
+-- name: purge_cron_occurrences
+-- Ledger rows of slots past the retention (migration 17): made before
+-- %(before)s, for a slot before it, and whose job is neither in the hot
+-- nor the far table. A batch of at most %(limit)s rows a statement.
+-- The old rows are found by the BRIN index on created_at; the slot's own
+-- bound is written so that no index serves it (scheduled_for is the
+-- primary key's second column: the planner ANDed a scan of the whole key
+-- into the bitmap). The job is looked up by primary key for each old row
+-- (a subquery per row): written NOT EXISTS, the planner made it a hash
+-- anti-join, which reads the whole hot and far tables each batch
+-- (test_plans).
+DELETE FROM cron_occurrences
+ WHERE ctid IN (SELECT o.ctid FROM cron_occurrences o
+                 WHERE o.created_at < %(before)s
+                   AND greatest(o.created_at, o.scheduled_for) < %(before)s
+                   AND (SELECT 1 FROM jobs WHERE id = o.job_id) IS NULL
+                   AND (SELECT 1 FROM jobs_far WHERE id = o.job_id) IS NULL
                  LIMIT %(limit)s);
 
 -- name: schema_version

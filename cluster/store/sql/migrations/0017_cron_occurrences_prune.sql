@@ -1,0 +1,17 @@
+-- Version 17: the janitor prunes the occurrence ledger.
+--
+-- cron_occurrences keeps one row per slot ever made (the database's "one
+-- job per (cron_id, scheduled_for)"). Nothing removed them: 20,000
+-- minutely crons add 28.8 million rows a day to a shard group, a million
+-- nightly crons a million. A row is needed while its slot can be made
+-- again: by a materializer (never before its cron's next_fire_at, so not
+-- for a past slot) or by a backfill (the API takes no slot older than the
+-- history's retention). The janitor deletes rows whose slot and creation
+-- are both older than the retention and whose job is no longer pending,
+-- as it drops the history of those days (purge_cron_occurrences).
+--
+-- The rows are found by their creation time. A B-tree on it would cost
+-- every materialized occurrence an index insert, in the very wave the
+-- materializer makes; rows go in creation order, and a BRIN summary of
+-- 128 pages is updated only when a value falls outside it.
+CREATE INDEX cron_occurrences_created_brin ON cron_occurrences USING brin (created_at);
