@@ -389,8 +389,12 @@ class WorkersSeenParams:
 @dataclass(frozen=True)
 class MaintainHistoryParams:
     """The janitor's pass. ``today`` comes from its injected clock; None
-    takes the database's current UTC date (never the host's wall clock)."""
+    takes the database's current UTC date (never the host's wall clock).
+    Expired keys go ``batch`` rows a statement, each its own transaction,
+    and at most ``batches`` statements a pass."""
 
     retention_days: int
     today: date | None = None
     days_ahead: int = 7
+    batch: int = 10_000
+    batches: int = 500

@@ -83,10 +83,6 @@ _RAN_MARGIN = timedelta(hours=1)
 # The janitor's advisory lock on a shard (history_lock); any constant that
 # no other lock of ours uses ("VAKIT" is the migrations').
 _HISTORY_LOCK_KEY = 0x56414B4954_4A
-# The janitor deletes expired keys this many at a statement, and at most
-# this many statements a pass (5 million keys an hour).
-_PURGE_BATCH = 10_000
-_PURGE_BATCHES = 500
 
 log = logging.getLogger(__name__)
 
@@ -667,10 +663,10 @@ class PgStore(PgShards):
         # In batches of their own statements, as many as expired: a cap of
         # one batch a pass (the janitor's pass is hourly) let keys pile up
         # past 240,000 keyed creates a day.
-        for _ in range(_PURGE_BATCHES):
-            cur = await conn.execute(QUERIES["purge_job_keys"], {"before": before, "limit": _PURGE_BATCH})
+        for _ in range(params.batches):
+            cur = await conn.execute(QUERIES["purge_job_keys"], {"before": before, "limit": params.batch})
             result.purged_keys += cur.rowcount
-            if cur.rowcount < _PURGE_BATCH:
+            if cur.rowcount < params.batch:
                 break
         return result
 

@@ -22,7 +22,6 @@ import shardmap
 from cluster.clock import FakeClock
 from cluster.coordination.base import StaticCoordinator
 from cluster.errors import Conflict, ShardUnavailable, StoreError
-from cluster.leader import janitor
 from cluster.leader.janitor import Janitor
 from cluster.leader.loop import LeaderLoop
 from cluster.leader.reaper import Reaper
@@ -48,7 +47,6 @@ from cluster.model import (
     RevokeReplacedParams,
     TriggerCronParams,
 )
-from cluster.store import postgres
 from cluster.store.pgshards import translate_errors
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
@@ -228,12 +226,10 @@ async def test_janitors_at_once_all_succeed(store: PgStore) -> None:
 
 
 async def test_a_janitor_pass_prunes_every_expired_ledger_row_and_key(
-    store: PgStore, shard_dsns: list[str], monkeypatch: pytest.MonkeyPatch
+    store: PgStore, shard_dsns: list[str]
 ) -> None:
     # Batches of two: one pass deletes all that expired, however many
     # batches that takes (one batch an hourly pass let keys pile up).
-    monkeypatch.setattr(janitor, "PRUNE_BATCH", 2)
-    monkeypatch.setattr(postgres, "_PURGE_BATCH", 2)
     crons = PgCronStore(store)
     now = datetime.now(UTC)
     cron = cron_record(next_fire_at=now + timedelta(hours=1), type="nightly")
@@ -264,7 +260,7 @@ async def test_a_janitor_pass_prunes_every_expired_ledger_row_and_key(
     for days, expected in ((20, (5, 5)), (40, (0, 0))):
         clock = FakeClock(now + timedelta(days=days))
         for shard in (0, 1):
-            await Janitor(store, 30, clock, crons=crons).run_once(shard)
+            await Janitor(store, 30, clock, crons=crons, batch=2).run_once(shard)
         assert left() == expected
 
 
