@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from cluster.errors import Conflict, NotFound
 from cluster.model import (
@@ -61,13 +62,19 @@ from cluster.store.memory import MemStore
 __all__ = ["MemCronStore"]
 
 
+class _Slot(NamedTuple):
+    """A row of the ledger (cron_occurrences): the slot's job, and when it was made."""
+
+    job_id: uuid.UUID
+    made_at: datetime
+
+
 @dataclass
 class _Crons:
     by_id: dict[uuid.UUID, CronRecord] = field(default_factory=dict)
     by_name: dict[tuple[str, str], uuid.UUID] = field(default_factory=dict)
     # cron_occurrences: outlives the job, so a slot is never made twice.
-    ledger: dict[tuple[uuid.UUID, datetime], uuid.UUID] = field(default_factory=dict)
-    made_at: dict[tuple[uuid.UUID, datetime], datetime] = field(default_factory=dict)  # created_at
+    ledger: dict[tuple[uuid.UUID, datetime], _Slot] = field(default_factory=dict)
     # cron_soon's listeners: a wake-up each, coalesced as NOTIFY's are.
     listeners: set[asyncio.Queue[None]] = field(default_factory=set)
 
@@ -117,8 +124,7 @@ class MemCronStore:
 
     def _note(self, c: _Crons, key: tuple[uuid.UUID, datetime], job_id: uuid.UUID) -> None:
         """A ledger row, made now (cron_occurrences' created_at)."""
-        c.ledger[key] = job_id
-        c.made_at[key] = self._now()
+        c.ledger[key] = _Slot(job_id, self._now())
 
     def _view(self, shard: int, cron: CronRecord) -> CronRecord:
         """The record as the database shows it: last_success_at and the last
@@ -349,7 +355,6 @@ class MemCronStore:
             for job in gone:
                 del s.rows[job.id]
                 c.ledger.pop((cron.id, job.scheduled_for), None)
-                c.made_at.pop((cron.id, job.scheduled_for), None)
             next_fire = cron.next_fire_at
             if gone:
                 earliest = min(j.scheduled_for for j in gone)
@@ -386,8 +391,8 @@ class MemCronStore:
             if cron is None or cron.owner != params.owner:
                 raise NotFound("no such cron job")
             for at, new_id in zip(params.slots, params.job_ids, strict=True):
-                job_id = c.ledger.get((cron.id, at))
-                if job_id is None:
+                made = c.ledger.get((cron.id, at))
+                if made is None:
                     if not params.dry_run:
                         self._note(c, (cron.id, at), new_id)
                         self._insert(
@@ -396,6 +401,7 @@ class MemCronStore:
                         )
                     out.append(BackfillSlot(at, new_id, "created"))
                     continue
+                job_id = made.job_id
                 row = s.rows.get(job_id)
                 job = row.job if row else s.history.get(job_id)
                 status = job.status if job else None
@@ -517,14 +523,11 @@ class MemCronStore:
         s = self.store._shard(shard)
         gone = [
             key
-            for key, job_id in c.ledger.items()
-            if key[1] < params.before
-            and c.made_at.get(key, params.before) < params.before
-            and job_id not in s.rows
+            for key, made in c.ledger.items()
+            if key[1] < params.before and made.made_at < params.before and made.job_id not in s.rows
         ][: params.limit]
         for key in gone:
             del c.ledger[key]
-            c.made_at.pop(key, None)
         return len(gone)
 
     async def last_successes(
