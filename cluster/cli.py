@@ -283,17 +283,9 @@ async def _cluster_report(settings: Settings) -> dict[str, Any]:
     from cluster.coordination.report import cluster_status
     from cluster.coordination.view import ZkClusterView
     from cluster.errors import VakitError
-    from cluster.store.postgres import PgStore
+    from cluster.service import shard_store
 
-    store = PgStore(
-        settings.shards,
-        min_size=0,
-        max_size=2,
-        timeout=settings.connect_timeout,
-        statement_timeout=settings.statement_timeout,
-        idle_in_transaction_timeout=settings.idle_in_transaction_timeout,
-        keepalive_seconds=settings.tcp_keepalive_seconds,
-    )
+    store = shard_store(settings, min_size=0, max_size=2)
     await store.open()
     view: ZkClusterView | None = None
     try:

@@ -181,19 +181,33 @@ async def keep_anchored(
         anchored = await anchor_clock(clock, crons, shard_count)
 
 
-async def run_worker(settings: Settings) -> None:
-    """A worker process: claim loops, heartbeats, leader-only maintenance."""
-    worker_id = settings.worker_id or default_worker_id()
-    store = PgStore(
+def shard_store(
+    settings: Settings,
+    *,
+    name: str = "vakit",
+    min_size: int | None = None,
+    max_size: int | None = None,
+) -> PgStore:
+    """The PostgreSQL shards as ``settings`` configure them (pools, timeouts,
+    keepalives), for a process of ours: one place, so that a setting read
+    by the worker is read by the API and ``vakit status`` too. ``min_size``
+    and ``max_size`` override the pool's for a short-lived command."""
+    return PgStore(
         settings.shards,
-        min_size=settings.pool_min_size,
-        max_size=settings.pool_max_size,
+        min_size=settings.pool_min_size if min_size is None else min_size,
+        max_size=settings.pool_max_size if max_size is None else max_size,
         timeout=settings.connect_timeout,
         statement_timeout=settings.statement_timeout,
         idle_in_transaction_timeout=settings.idle_in_transaction_timeout,
         keepalive_seconds=settings.tcp_keepalive_seconds,
-        name=f"worker-{worker_id}",
+        name=name,
     )
+
+
+async def run_worker(settings: Settings) -> None:
+    """A worker process: claim loops, heartbeats, leader-only maintenance."""
+    worker_id = settings.worker_id or default_worker_id()
+    store = shard_store(settings, name=f"worker-{worker_id}")
     await store.open()
     coordinator = make_coordinator(settings, worker_id)
     # kazoo blocks; keep it off the event loop.
@@ -284,16 +298,7 @@ def api_app(settings: Settings) -> FastAPI:
     from cluster.api.app import create_app
     from cluster.coordination.view import ZkClusterView
 
-    store = PgStore(
-        settings.shards,
-        min_size=settings.pool_min_size,
-        max_size=settings.pool_max_size,
-        timeout=settings.connect_timeout,
-        statement_timeout=settings.statement_timeout,
-        idle_in_transaction_timeout=settings.idle_in_transaction_timeout,
-        keepalive_seconds=settings.tcp_keepalive_seconds,
-        name="vakit-api",
-    )
+    store = shard_store(settings, name="vakit-api")
     zk = settings.zk
     return create_app(
         settings,
