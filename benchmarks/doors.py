@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                         "started_within_60s": report["started_within_60s"],
                         "cpu_us_per_job": report["usage"]["cpu_us_per_job"],
                         "machine_steal_fraction": report["usage"]["machine_steal_fraction"],
+                        # The hour's speed as the run started (benchmarks/yardstick.py).
+                        "yardstick": report["settings"]["machine"].get("yardstick"),
                     }
                 )
     except KeyboardInterrupt:

@@ -14,6 +14,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from benchmarks import yardstick
 from benchmarks.stats import Timeline
 
 __all__ = [
@@ -43,6 +44,8 @@ REPORT_KEYS = (
 
 
 def machine_info() -> dict[str, Any]:
+    """The machine, as a run starts: call it before the run starts anything,
+    so its load average and its yardstick are the hour's, not the run's."""
     import psutil
 
     return {
@@ -51,6 +54,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "yardstick": yardstick.measure(),
     }
 
 
@@ -160,7 +164,9 @@ def summary_line(name: str, report: dict[str, Any]) -> str:
         parts.append(
             "api p50/p95/p99=" + "/".join(_fmt_s(api.get(k)) for k in ("p50", "p95", "p99"))
         )
-    parts.append(f"cores={report['settings'].get('machine', {}).get('cores')}")
+    machine = report["settings"].get("machine", {})
+    parts.append(f"cores={machine.get('cores')}")
+    parts.append(yardstick.describe(machine.get("yardstick")))
     return " ".join(parts)
 
 

@@ -108,6 +108,10 @@ def test_wave_runs_every_job_once_and_reports(tmp_path: Path) -> None:
     rss = report["peak_worker_rss_bytes"]
     assert 0 < rss["max_process"] <= rss["sum"]
     assert report["settings"]["machine"]["cores"] >= 1
+    # The hour's speed, measured as the run started (benchmarks/yardstick.py).
+    stick = report["settings"]["machine"]["yardstick"]
+    assert set(stick) == {"cpu_ms", "first_touch_s_per_gib"}, stick
+    assert stick["cpu_ms"] > 0 and stick["first_touch_s_per_gib"] > 0, stick
     assert (out / "wave.png").stat().st_size > 0
     # The default door and the durable default, said in the report.
     assert report["source"] == report["settings"]["source"] == "copy"
@@ -200,12 +204,15 @@ def test_doors_runs_the_door_between_two_copy_waves_and_reports_the_ratio(
         inner = _report(Path(run["out"]))
         assert inner["source"] == source and inner["counts"] == {"SUCCEEDED": 1000}
         assert inner["drain_jobs_per_s"] == run["drain_jobs_per_s"]
+        assert run["yardstick"] == inner["settings"]["machine"]["yardstick"] is not None
     copy_before, door, copy_after = (r["drain_jobs_per_s"] for r in report["runs"])
     ratio = door / ((copy_before + copy_after) / 2)
     assert report["drain_vs_copy"] == [pytest.approx(ratio, abs=1e-3)]
     assert report["drain_vs_copy_median"] == pytest.approx(ratio, abs=1e-3)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 and lines[-1].startswith("doors[api vs copy]: jobs=1,000"), lines
+    # Each run's line says how fast the machine was as it started.
+    assert all(" yardstick=cpu:" in line for line in lines[:3]), lines
 
 
 @pytest.mark.timeout(240)
