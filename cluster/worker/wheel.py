@@ -145,9 +145,7 @@ class TimingWheel:
         self._buckets.clear()
         self._preloaded_in.clear()
         self.preloaded = 0
-        if self._gc_paused:  # a stop in the middle of an instant
-            self._gc_paused = False
-            gc.enable()
+        self._resume_gc(force=True)  # a stop in the middle of an instant
 
     # -- before the tick: tasks at their gates --------------------------------
 
@@ -207,8 +205,10 @@ class TimingWheel:
             gc.disable()
             self._gc_paused = True
 
-    def _resume_gc(self) -> None:
-        if self._gc_paused and not self._starting:
+    def _resume_gc(self, *, force: bool = False) -> None:
+        """The collector back on once no instant is starting, or at once
+        with ``force`` (a stop, which starts nothing more)."""
+        if self._gc_paused and (force or not self._starting):
             self._gc_paused = False
             gc.enable()
 
