@@ -347,6 +347,9 @@ def _check_api(opts: RemoteOptions) -> None:
 
 def run(opts: RemoteOptions) -> dict[str, Any]:
     _check_api(opts)
+    # Before the receiver and the load: the harness machine's hour, not the
+    # run's (its yardstick; the cluster's machines are not ours to measure).
+    machine = machine_info()
     metrics = MetricsSource(opts.prometheus_url, opts.metrics_urls)
     receiver: Receiver | None = None
     if opts.target_url is None:
@@ -420,7 +423,7 @@ def run(opts: RemoteOptions) -> dict[str, Any]:
             "api_url": opts.api_url, "target": "receiver" if receiver else opts.target_url,
             "batch": opts.batch, "concurrency": opts.concurrency, "lead_seconds": lead,
             "wave_at": t.isoformat(), "prometheus_url": opts.prometheus_url, "metrics_urls": opts.metrics_urls,
-            "machine": machine_info(),  # the harness's machine, not necessarily the cluster's
+            "machine": machine,  # the harness's machine, not necessarily the cluster's
         },
     }  # fmt: skip
 

@@ -108,5 +108,7 @@ def test_remote_drives_a_running_cluster_through_its_api(
     assert from_metrics["source"].startswith("prometheus" if metrics == "prometheus" else "workers'")
     assert from_metrics["p50"] is not None and from_metrics["p50"] <= from_metrics["p99"]
     assert report["settings"]["api_url"] == api.base_url
+    # The harness machine's hour, as every benchmark's report carries it.
+    assert set(report["settings"]["machine"]["yardstick"]) == {"cpu_ms", "cpu_ms_best", "first_touch_s_per_gib"}
     err = capsys.readouterr().err  # progress without -v, while creating and while draining
     assert f"jobs created: {JOBS}/{JOBS} (100.0%)" in err and f"jobs fired: {JOBS}/{JOBS} (100.0%)" in err, err
