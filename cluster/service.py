@@ -324,7 +324,7 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
 def run_api(settings: Settings) -> None:
     import uvicorn
 
-    from cluster.api.server import OneWriteHttpProtocol
+    from cluster.api.server import VakitHttpProtocol
 
     app = api_app(settings)
     tune_gc()
@@ -334,8 +334,9 @@ def run_api(settings: Settings) -> None:
         port=settings.api_port,
         # httptools and uvloop (runtime dependencies): h11 and asyncio's own
         # loop cost a third more CPU per request. The protocol is uvicorn's
-        # httptools one, writing a response's head and body together.
-        http=OneWriteHttpProtocol,
+        # httptools one, writing a response's head and body together and
+        # answering the create routes without the ASGI cycle.
+        http=VakitHttpProtocol,
         loop="auto",
         log_config=None,
         access_log=False,

@@ -61,6 +61,9 @@ _REQUEST_IDS = itertools.count(1)
 BATCH_MAX_BYTES = 16 * 1024 * 1024
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+# In the scope of a request a fast route turned down: the ASGI app serves it
+# through FastAPI's declared route without asking the fast route again.
+_DECLINED = "vakit.fast_route_declined"
 
 
 def create_app(
@@ -214,7 +217,12 @@ class RequestAccounting:
     ``fast_routes`` serve the hot requests (a single create) before
     FastAPI's stack: given the scope and the whole body, one answers, or
     returns ``None`` before doing anything and FastAPI's declared route
-    serves the request (the body is handed on)."""
+    serves the request (the body is handed on).
+
+    The API's HTTP protocol (:mod:`.server`) asks :meth:`fast_route` of a
+    request's head and :meth:`answer` of its body, and writes the answer
+    itself, without the ASGI cycle; what they turn down comes here through
+    the ASGI app as any other request."""
 
     def __init__(
         self,
@@ -297,7 +305,7 @@ class RequestAccounting:
                         await problem_response(strict_json_problem(exc))(scope, receive, send_status)
                         return
                 fast = self.fast_routes.get((scope["method"], path))
-                if fast is not None and body is not None:
+                if fast is not None and body is not None and _DECLINED not in scope:
                     route_label = path
                 else:
                     fast = None
@@ -322,10 +330,52 @@ class RequestAccounting:
             counter.inc()
             timer.observe(time.perf_counter() - started)
 
+    def fast_route(self, scope: Scope) -> FastRoute | None:
+        """The fast route that may answer this request, from its head alone;
+        ``None`` for the ASGI app: other routes, what is refused, and every
+        request while tracing (the server span is :meth:`_traced`'s)."""
+        if tracing.ENABLED:
+            return None
+        fast = self.fast_routes.get((scope["method"], scope["path"]))
+        if fast is None or self._refusal(scope, scope["path"]) is not None:
+            return None
+        return fast
+
+    def body_limit(self, path: str) -> int:
+        return self.max_batch_body if path.endswith(":batch") else self.max_body
+
+    async def answer(self, scope: Scope, body: bytes, fast: FastRoute) -> Response | None:
+        """``fast``'s answer to a request read whole, counted and timed as
+        :meth:`__call__` counts every request, for the caller to write.
+        ``None``, having done nothing: a body the strict JSON rules refuse,
+        or one the route declines. The caller then hands the request to
+        the ASGI app, which answers it (marked, so the route is not asked
+        twice)."""
+        started = time.perf_counter()
+        try:
+            check_body(body)
+        except StrictJsonError:
+            scope[_DECLINED] = True
+            return None
+        self.in_flight += 1
+        token = logs.bind(request_id=_request_id(scope))
+        try:
+            response = await self._answer_fast(fast, scope, body)
+        finally:
+            self.in_flight -= 1
+            logs.unbind(token)
+        if response is None:
+            scope[_DECLINED] = True
+            return None
+        counter, timer = self._child(scope["method"], scope["path"], response.status_code)
+        counter.inc()
+        timer.observe(time.perf_counter() - started)
+        return response
+
     def _refusal(self, scope: Scope, path: str) -> tuple[dict[str, Any], dict[str, str]] | None:
         """What is refused before the app sees the request, from its head alone."""
         length = _content_length(scope)
-        limit = self.max_batch_body if path.endswith(":batch") else self.max_body
+        limit = self.body_limit(path)
         if length is not None and length > limit:
             too_large = PayloadTooLarge(f"request body is larger than {limit} bytes", size=length, limit=limit)
             return problem_for(too_large)
@@ -349,7 +399,7 @@ class RequestAccounting:
         Every route reads its body whole anyway, so reading it here costs
         one message's hand-off, and every route gets the same limit and
         the same rules, whichever way it parses."""
-        limit = self.max_batch_body if path.endswith(":batch") else self.max_body
+        limit = self.body_limit(path)
         chunks: list[bytes] = []
         seen = 0
         while True:
@@ -382,16 +432,20 @@ class RequestAccounting:
     async def _serve_fast(
         self, fast: FastRoute, scope: Scope, body: bytes, receive: Receive, send: Send
     ) -> None:
-        try:
-            response = await fast(scope, body)
-        except Exception as exc:
-            # Outside Starlette's error middleware: the answer (and the log
-            # line) its handler for the unexpected gives; nothing is written yet.
-            response = problem_response(*problem_for(exc, where=scope["path"]))
+        response = await self._answer_fast(fast, scope, body)
         if response is None:
             await self.app(scope, _replay(body, receive), send)
         else:
             await response(scope, receive, send)
+
+    @staticmethod
+    async def _answer_fast(fast: FastRoute, scope: Scope, body: bytes) -> Response | None:
+        try:
+            return await fast(scope, body)
+        except Exception as exc:
+            # Outside Starlette's error middleware: the answer (and the log
+            # line) its handler for the unexpected gives; nothing is written yet.
+            return problem_response(*problem_for(exc, where=scope["path"]))
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
