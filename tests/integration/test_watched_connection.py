@@ -226,3 +226,84 @@ async def test_the_shard_pools_use_it(shard_dsns: list[str]) -> None:
             await _answers(conn)
     finally:
         await shards.close()
+
+
+# -- run(): a statement on libpq's calls alone (the single create's path) -----
+
+_TABLE = "CREATE TEMP TABLE lean (id int PRIMARY KEY, note text, doc jsonb, at timestamptz)"
+_LEAN = watched.Statement("test_lean_insert", "INSERT INTO lean VALUES ($1, $2, $3, $4)")
+
+
+async def _rows(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+    # The test servers run in a zone other than UTC: the instant is compared.
+    cur = await conn.execute(
+        "SELECT id, note, doc, at = '2026-12-06 10:00:00+00' FROM lean ORDER BY id"
+    )
+    return await cur.fetchall()
+
+
+def test_run_writes_its_values_and_prepares_once_a_session(run: Any, shard_dsns: list[str]) -> None:
+    async def body() -> None:
+        async with await _connect(shard_dsns[0]) as conn:
+            await conn.execute(_TABLE)
+            for i in range(3):
+                values = [b"%d" % i, "nöte".encode(), b'{"n": %d}' % i, b"2026-12-06T10:00:00+00:00"]
+                await conn.run(_LEAN, values)
+            await conn.run(_LEAN, [b"9", None, None, None])
+            assert await _rows(conn) == [
+                (0, "nöte", {"n": 0}, True),
+                (1, "nöte", {"n": 1}, True),
+                (2, "nöte", {"n": 2}, True),
+                (9, None, None, None),
+            ]
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE name = %s", [_LEAN.name.decode()]
+            )
+            assert await cur.fetchone() == (1,)
+
+    run(body())
+
+
+def test_run_raises_the_servers_error_as_psycopg_does(run: Any, shard_dsns: list[str]) -> None:
+    async def body() -> None:
+        async with await _connect(shard_dsns[0]) as conn:
+            await conn.execute(_TABLE)
+            await conn.run(_LEAN, [b"1", None, None, None])
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                await conn.run(_LEAN, [b"1", None, None, None])
+            with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+                await conn.run(_LEAN, [b"2", None, b"{not json", None])
+            await conn.run(_LEAN, [b"3", None, None, None])  # the session goes on
+            assert [r[0] for r in await _rows(conn)] == [1, 3]
+        conn = await _connect(shard_dsns[0])
+        await conn.close()
+        with pytest.raises(psycopg.OperationalError):
+            await conn.run(_LEAN, [b"4", None, None, None])
+
+    run(body())
+
+
+@pytest.mark.parametrize("forget", ["DEALLOCATE ALL", "DISCARD ALL", "psycopg's rollback"])
+def test_a_statement_the_session_lost_is_prepared_again_and_runs_once(
+    run: Any, shard_dsns: list[str], forget: str
+) -> None:
+    async def body() -> None:
+        async with await _connect(shard_dsns[0]) as conn:
+            await conn.execute(_TABLE.replace("TEMP TABLE lean", "TABLE IF NOT EXISTS lean_lost"))
+            await conn.execute("TRUNCATE lean_lost")
+            lost = watched.Statement("test_lean_lost", "INSERT INTO lean_lost VALUES ($1, $2, $3, $4)")
+            await conn.run(lost, [b"1", None, None, None])
+            if forget == "psycopg's rollback":
+                # psycopg deallocates every prepared statement after a
+                # ROLLBACK once it has prepared one of its own.
+                conn.prepare_threshold = 0
+                await conn.execute("SELECT 1", prepare=True)
+                await conn.execute("ROLLBACK")
+            else:
+                await conn.execute(forget)
+            await conn.run(lost, [b"2", None, None, None])
+            cur = await conn.execute("SELECT id FROM lean_lost ORDER BY id")
+            assert await cur.fetchall() == [(1,), (2,)]
+            await conn.execute("DROP TABLE lean_lost")
+
+    run(body())
