@@ -61,10 +61,11 @@ def check_body(raw: bytes) -> None:
     if not raw:
         return
     screened = raw.translate(_SCREEN, b"+-")
-    values = (
-        b"NaN" in screened or b"Infinity" in screened or b"9e999" in screened or _DIGITS in screened
-    )
-    if not values and (b"\\" not in screened or (b"\x00" not in raw and _ESCAPE.search(raw) is None)):
+    # find(), not ``in``: bytes.__contains__ first tries its operand as an
+    # integer, and for a bytes operand formats a TypeError it then clears.
+    find = screened.find
+    values = find(b"NaN") >= 0 or find(b"Infinity") >= 0 or find(b"9e999") >= 0 or find(_DIGITS) >= 0
+    if not values and (find(b"\\") < 0 or (raw.find(b"\x00") < 0 and _ESCAPE.search(raw) is None)):
         return  # nothing suspect, or only harmless escapes (\u00e9, \", a surrogate pair)
     if b"\x00" in raw:
         raise StrictJsonError("the body contains a NUL byte", malformed=True)
