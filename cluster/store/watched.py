@@ -64,13 +64,16 @@ _NOT_PREPARED = "26000"
 
 class Statement:
     """A statement for :meth:`WatchedConnection.run`: its SQL with ``$n``
-    placeholders, prepared under ``name`` on each connection that runs it."""
+    placeholders, prepared under ``name`` on each connection that runs it,
+    and the format of each parameter (0 text, 1 binary; all text when
+    ``None``)."""
 
-    __slots__ = ("name", "sql")
+    __slots__ = ("formats", "name", "sql")
 
-    def __init__(self, name: str, sql: str) -> None:
+    def __init__(self, name: str, sql: str, formats: Sequence[int] | None = None) -> None:
         self.name = f"vakit_{name}".encode()
         self.sql = sql.encode()
+        self.formats = formats
 
 # psycopg's default for AsyncConnection.wait (connection_async._WAIT_INTERVAL).
 _WAIT_INTERVAL = 0.1
@@ -160,8 +163,9 @@ class WatchedConnection(psycopg.AsyncConnection[Any]):
     _vakit_prepared: frozenset[bytes] = frozenset()  # Statement names prepared here (psycopg has _prepared)
 
     async def run(self, statement: Statement, params: Sequence[bytes | None]) -> None:
-        """``statement`` with ``params`` (text, ``None`` for NULL), for a
-        statement that returns no rows; its error raised as psycopg raises it.
+        """``statement`` with ``params`` (each in its statement's format,
+        ``None`` for NULL), for a statement that returns no rows; its error
+        raised as psycopg raises it.
 
         The single create's path, on libpq's calls and psycopg's C
         generators alone: a cursor, the conversion of named placeholders,
@@ -176,7 +180,7 @@ class WatchedConnection(psycopg.AsyncConnection[Any]):
         name = statement.name
         if name not in self._vakit_prepared:
             await self._prepare(statement)
-        self.pgconn.send_query_prepared(name, params)
+        self.pgconn.send_query_prepared(name, params, statement.formats)
         try:
             self._check(await self.wait(generators.execute(self.pgconn)))
         except e.Error as exc:
@@ -184,7 +188,7 @@ class WatchedConnection(psycopg.AsyncConnection[Any]):
                 raise
             # Nothing ran: prepared again, and run once more.
             await self._prepare(statement)
-            self.pgconn.send_query_prepared(name, params)
+            self.pgconn.send_query_prepared(name, params, statement.formats)
             self._check(await self.wait(generators.execute(self.pgconn)))
 
     async def _prepare(self, statement: Statement) -> None:

@@ -1,0 +1,51 @@
+"""A single create's values, encoded by the store itself (_job_values), are
+the bytes psycopg's own adaptation of the same row sends, each in the format
+its statement declares: psycopg's dumpers are the oracle."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from psycopg.adapt import PyFormat, Transformer
+
+from cluster.model import CreateJobParams
+from cluster.store.postgres import _JOB_COLUMNS, _LEAN_INSERTS, _job_row, _job_values
+
+ISTANBUL = timezone(timedelta(hours=3))
+
+
+@pytest.mark.parametrize(
+    "at",
+    [
+        datetime(2026, 12, 6, 9, 30, 0, 123456, tzinfo=UTC),
+        datetime(2026, 12, 6, 12, 30, 0, 1, tzinfo=ISTANBUL),  # another offset, one microsecond
+        datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),  # before PostgreSQL's epoch
+        datetime(2000, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 50, 999999, tzinfo=UTC),
+    ],
+)
+@pytest.mark.parametrize(("key", "cron"), [(None, None), ("order-98213 ğüş", uuid.uuid4())])
+def test_the_values_are_what_psycopg_would_send(at: datetime, key: str | None, cron: uuid.UUID | None) -> None:
+    p = CreateJobParams(
+        id=uuid.uuid4(), owner="svc-ödeme", type="order.cancel", run_at=at + timedelta(seconds=7),
+        scheduled_for=at, target={"kind": "HTTP", "url": "https://o.example/x"},
+        payload={"order": 98213, "note": "ş", "nested": [1.5, None, True]},
+        max_attempts=3, timeout_seconds=30, idempotency_key=key, cron_id=cron,
+    )  # fmt: skip
+    row = _job_row(p)
+    formats = _LEAN_INSERTS["insert_job"].formats
+    assert formats is not None and len(formats) == len(_JOB_COLUMNS)
+    transformer = Transformer()
+    expected: list[bytes | None] = []
+    for column, fmt in zip(_JOB_COLUMNS, formats, strict=True):
+        value = row[column]
+        if value is None:
+            expected.append(None)
+            continue
+        dumper = transformer.get_dumper(value, PyFormat.BINARY if fmt else PyFormat.TEXT)
+        dumped = dumper.dump(value)
+        assert dumped is not None
+        expected.append(bytes(dumped))
+    assert _job_values(p, "utf-8") == expected
