@@ -33,6 +33,7 @@ from cluster.api.schemas import (
     CreateJobOut,
     JobOut,
     PatchJobIn,
+    ValidBatchCreateJobsIn,
     fingerprint,
     parse_rfc3339,
 )
@@ -334,21 +335,27 @@ async def create_jobs_batch(body: BatchCreateJobsIn, ctx: Ctx, owner: Owner) -> 
 
 async def create_batch_fast(ctx: ApiContext, scope: Scope, body: bytes) -> Response | None:
     """The batch create's fast path, as :func:`create_fast` is the single
-    create's: the body is parsed with orjson and checked against the
-    route's envelope model, then each item validated as the route does (4.8
-    against 7.7 us an item through FastAPI's decoding); a body either step
-    refuses, ``None``, and the declared route answers it."""
+    create's. A batch whose every item is valid is validated whole, in one
+    pass over its text (:class:`ValidBatchCreateJobsIn`). Any other is
+    parsed with orjson and checked against the route's envelope model, then
+    each item validated as the route does (4.8 against 7.7 us an item
+    through FastAPI's decoding); a body that fails either step, ``None``,
+    and the declared route answers it."""
     json_body, authorization, _ = _fast_head(scope)
     if not json_body:
         return None
+    jobs: list[Any]
     try:
-        # The envelope's rules are the route's model's; its items are taken
-        # as they are (each is validated on its own in _create_batch).
-        envelope = BatchCreateJobsIn.model_validate(orjson.loads(body))
-    except (orjson.JSONDecodeError, ValidationError):
-        return None
+        jobs = ValidBatchCreateJobsIn.model_validate_json(body).jobs
+    except ValidationError:
+        try:
+            # The envelope's rules are the route's model's; its items are
+            # taken as they are (each is validated on its own in _create_batch).
+            jobs = BatchCreateJobsIn.model_validate(orjson.loads(body)).jobs
+        except (orjson.JSONDecodeError, ValidationError):
+            return None
     try:
-        return await _create_batch(ctx, _fast_owner(ctx, scope, authorization), envelope.jobs)
+        return await _create_batch(ctx, _fast_owner(ctx, scope, authorization), jobs)
     except VakitError as exc:
         return problem_response(*problem_for(exc, where=BATCH_PATH))
 
@@ -360,7 +367,7 @@ async def _create_batch(ctx: ApiContext, owner: str, jobs: list[Any]) -> Respons
     by_shard: dict[int, list[tuple[int, CreateJobParams]]] = {}
     for index, raw in enumerate(jobs):
         try:
-            item = BatchJobIn.model_validate(raw)
+            item = raw if type(raw) is BatchJobIn else BatchJobIn.model_validate(raw)
             key = item.idempotencyKey
             digest = fingerprint(item, exclude=_BATCH_KEY_FIELD) if key is not None else None
             params = _prepare(ctx, owner, item, key, now, digest)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from datetime import UTC
 
 import pytest
 from pydantic import ValidationError
@@ -34,6 +35,19 @@ def test_defaults() -> None:
 )
 def test_rfc3339_accepted(value: str) -> None:
     assert parse_rfc3339(value).utcoffset() is not None
+
+
+@pytest.mark.parametrize(
+    ("value", "instant"),
+    [
+        ("2026-12-01T10:00:00.123456789+03:00", "2026-12-01T07:00:00.123456+00:00"),  # nanoseconds dropped
+        ("2026-12-01T10:00:00.1234567Z", "2026-12-01T10:00:00.123456+00:00"),
+        ("2026-12-01t10:00:00.5z", "2026-12-01T10:00:00.500000+00:00"),
+        ("2026-12-01 10:00:00.000001-05:30", "2026-12-01T15:30:00.000001+00:00"),
+    ],
+)
+def test_rfc3339_fractions_to_the_microsecond(value: str, instant: str) -> None:
+    assert parse_rfc3339(value).astimezone(UTC).isoformat(timespec="microseconds") == instant
 
 
 @pytest.mark.parametrize(
