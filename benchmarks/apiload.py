@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 
 from benchmarks.progress import Progress
 
@@ -222,22 +223,26 @@ async def create_items(
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         bodies = [make(i) for i in chunk.indices]
         if mode == "batch":
-            data = json.dumps({door.batch_field: bodies}, separators=(",", ":"))
+            # orjson: the load generator shares the machine with the API, and
+            # the standard library's encoder cost it 8-9 us a job.
+            data = orjson.dumps({door.batch_field: bodies})
             path = door.batch_path
         else:
             body = dict(bodies[0])
             if door.key_field and door.key_field in body:
                 headers["Idempotency-Key"] = str(body.pop(door.key_field))
-            data = json.dumps(body, separators=(",", ":"))
+            data = orjson.dumps(body)
             path = door.single_path
         chunk.tries += 1
         began = time.monotonic()
         try:
             async with session.post(url + path, data=data, headers=headers) as r:
-                text = await r.text()
+                raw = await r.read()
                 status, retry_after = r.status, _retry_after(r.headers)
+            # What an error sample shows; a success is read as JSON below.
+            text = raw[:400].decode("utf-8", "replace") if status >= 300 else ""
         except (aiohttp.ClientError, TimeoutError) as exc:
-            status, text, retry_after = 0, f"{type(exc).__name__}: {exc}", 0.5
+            raw, status, text, retry_after = b"", 0, f"{type(exc).__name__}: {exc}", 0.5
         result.requests += 1
         result.request_seconds.append(time.monotonic() - began)
         result.request_statuses[str(status) if status else "error"] += 1
@@ -252,7 +257,7 @@ async def create_items(
                 note_error(f"{status} {text[:300]}")
             result.statuses[str(status)] += len(chunk.indices)
             return
-        results = json.loads(text).get("results", [])
+        results = orjson.loads(raw).get("results", [])
         again: list[int] = []
         answered = set()
         for item in results:
