@@ -19,6 +19,7 @@ import hashlib
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import Depends, Header, Query, Request
@@ -73,6 +74,8 @@ class ApiContext:
         self.crons = crons
         self.clock = clock
         self.shards = shardmap.ShardMap(store.shard_count)
+        # A job due later than now + this is created in the far table.
+        self.far_horizon = timedelta(seconds=settings.far_horizon_seconds)
         self.policy = AddressPolicy.from_list(
             settings.http_target_allow, allow_private=settings.allow_private_targets
         )

@@ -8,7 +8,7 @@ would validate again; the response models still document it.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -122,13 +122,14 @@ def _prepare(
     owner: str,
     body: CreateJobIn,
     key: str | None,
-    now: datetime,
+    far_after: datetime,
     digest: str | None,
 ) -> CreateJobParams:
     """The checks a body's schema cannot make (target policy, payload size),
-    and the job's parameters. A keyed job's id carries its key's slot, so a
-    repeat finds the first on the same shard; a keyless one's slot is
-    random (:func:`_create_anywhere` draws another for another shard)."""
+    and the job's parameters; a job due after ``far_after`` goes to the far
+    table. A keyed job's id carries its key's slot, so a repeat finds the
+    first on the same shard; a keyless one's slot is random
+    (:func:`_create_anywhere` draws another for another shard)."""
     target = body.target.model_dump(exclude_none=True)
     ctx.check_target(target, owner)
     if tracing.ENABLED:
@@ -137,8 +138,8 @@ def _prepare(
         if parent:
             target["traceparent"] = parent
     ctx.check_payload(body.payload)
-    run_at = utc(body.run_at())
-    far = run_at > now + timedelta(seconds=ctx.settings.far_horizon_seconds)
+    run_at = body.run_at()
+    far = run_at > far_after
     return CreateJobParams(
         id=shardmap.new_uuid(shardmap.key_slot(owner, key) if key is not None else None),
         owner=owner,
@@ -172,7 +173,7 @@ async def _create_one(
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
         raise InvalidRequest("Idempotency-Key must be 1 to 200 characters")
     digest = fingerprint(body) if idempotency_key is not None else None
-    params = _prepare(ctx, owner, body, idempotency_key, ctx.clock.now(), digest)
+    params = _prepare(ctx, owner, body, idempotency_key, ctx.clock.now() + ctx.far_horizon, digest)
     ctx.limits.admit_jobs(owner)
     if idempotency_key is None:
         result = await _create_anywhere(ctx, params)
@@ -361,7 +362,7 @@ async def create_batch_fast(ctx: ApiContext, scope: Scope, body: bytes) -> Respo
 
 
 async def _create_batch(ctx: ApiContext, owner: str, jobs: list[Any]) -> Response:
-    now = ctx.clock.now()
+    far_after = ctx.clock.now() + ctx.far_horizon
     where = BATCH_PATH
     results: Results = [None] * len(jobs)
     by_shard: dict[int, list[tuple[int, CreateJobParams]]] = {}
@@ -370,7 +371,7 @@ async def _create_batch(ctx: ApiContext, owner: str, jobs: list[Any]) -> Respons
             item = raw if type(raw) is BatchJobIn else BatchJobIn.model_validate(raw)
             key = item.idempotencyKey
             digest = fingerprint(item, exclude=_BATCH_KEY_FIELD) if key is not None else None
-            params = _prepare(ctx, owner, item, key, now, digest)
+            params = _prepare(ctx, owner, item, key, far_after, digest)
         except (ValidationError, VakitError) as exc:
             results[index] = item_failure(index, exc, where)
             continue
