@@ -28,15 +28,17 @@ setup: os-deps $(STAMP)
 # PostgreSQL 15 and Java come with the machine; ZooKeeper, promtool (which
 # checks ops/prometheus in the tests) and libfaketime (the clock-jump fault
 # test runs a worker under it) do not, nor Chromium and its WebDriver (the web
-# console's browser tests drive them; Debian's packages, no browser download).
+# console's browser tests drive them; Debian's packages, no browser download),
+# nor valgrind (benchmarks.instructions counts the API's instructions with it).
 os-deps:
 	@if [ ! -x $(PG_BIN)/initdb ] || [ ! -f $(ZK_JAR) ] || ! command -v java >/dev/null \
 	    || ! command -v promtool >/dev/null || ! command -v faketime >/dev/null \
-	    || ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
-	  echo "installing OS packages (postgresql-15, zookeeper, java, promtool, faketime, chromium)"; \
+	    || ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null \
+	    || ! command -v valgrind >/dev/null; then \
+	  echo "installing OS packages (postgresql-15, zookeeper, java, promtool, faketime, chromium, valgrind)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends postgresql-15 zookeeper default-jre-headless prometheus \
-	    faketime chromium chromium-driver >/dev/null; \
+	    faketime chromium chromium-driver valgrind >/dev/null; \
 	fi
 
 $(UV):

@@ -303,3 +303,31 @@ def test_floor_measures_both_apps_and_leaves_no_table(bench_dsns: list[str]) -> 
     assert all("server cpu/request:" in line for line in lines)
     with psycopg.connect(bench_dsns[0]) as conn:
         assert conn.execute("SELECT to_regclass('bench_floor')").fetchone() == (None,)
+
+
+@pytest.mark.parametrize(
+    ("flags", "mode", "jobs"),
+    [(["--creates", "20"], "single", 20), (["--batches", "2", "--batch", "10"], "batch", 20)],
+)
+def test_instructions_counts_the_api_under_callgrind(
+    tmp_path: Path, flags: list[str], mode: str, jobs: int
+) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.instructions", *flags, "--out", str(tmp_path / "run"),
+         "--json", str(tmp_path / "figures.json")],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(f"instructions[{mode}]:"), done.stdout
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["mode"] == mode and figures["jobs"] == jobs
+    # Counted over the measured requests only: a create costs the API
+    # hundreds of thousands of instructions, not the millions of its start.
+    assert 10_000 < figures["instructions_per_job"] < 5_000_000
+    assert abs(figures["instructions"] / jobs - figures["instructions_per_job"]) <= 1
+    assert figures["settings"]["durable"] is True and "yardstick" in figures["settings"]["machine"]
+    # The dump it read is there to be opened with callgrind_annotate.
+    assert list((tmp_path / "run" / "callgrind").glob("callgrind.out.*.1"))
