@@ -809,11 +809,18 @@ _JOB_COLUMNS = (
     "max_attempts", "timeout_seconds", "target_kind", "target", "payload",
 )  # fmt: skip
 _JOB_FORMATS = tuple(1 if c in ("id", "cron_id", "scheduled_for", "run_at") else 0 for c in _JOB_COLUMNS)
-_LEAN_INSERTS: dict[str, Statement] = {}
-for _name in ("insert_job", "insert_far_job"):
-    _sql, _names = _positional(_name)
-    assert _names == _JOB_COLUMNS, _names
-    _LEAN_INSERTS[_name] = Statement(_name, _sql, _JOB_FORMATS)
+
+
+def _lean_insert(name: str) -> Statement:
+    """``name`` as a statement for :meth:`WatchedConnection.run`, checked to
+    take the values :func:`_job_values` writes, in its order."""
+    sql, names = _positional(name)
+    if names != _JOB_COLUMNS:
+        raise RuntimeError(f"{name} takes {names}, not _job_values' {_JOB_COLUMNS}")
+    return Statement(name, sql, _JOB_FORMATS)
+
+
+_LEAN_INSERTS = {name: _lean_insert(name) for name in ("insert_job", "insert_far_job")}
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _INT8 = struct.Struct("!q").pack
 
