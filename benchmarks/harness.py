@@ -67,6 +67,13 @@ _Options = TypeVar("_Options")
 # change who polls what, and a config file could override the knobs we set.
 _NOT_INHERITED = ("VAKIT_ZK", "VAKIT_CONFIG")
 
+# pg_stat_statements' counters summed over the shards per statement: time,
+# and the buffers and WAL that tell one statement's cost in two runs apart.
+_SUMMED = (
+    "calls", "total_ms", "rows", "shared_blks_hit", "shared_blks_read",
+    "shared_blks_dirtied", "wal_records", "wal_fpi", "wal_bytes",
+)  # fmt: skip
+
 
 def setup_logging(verbose: bool) -> None:
     """Warnings only by default (a run prints one summary line); ``verbose``
@@ -545,18 +552,16 @@ class BenchCluster:
                 cur = conn.cursor(row_factory=dict_row)
                 for row in cur.execute(query("top_statements"), {"limit": limit * 2}):
                     text = " ".join(row["query"].split())[:160]
-                    entry = merged.setdefault(
-                        text, {"query": text, "calls": 0, "total_ms": 0.0, "rows": 0}
-                    )
-                    entry["calls"] += row["calls"]
-                    entry["total_ms"] += row["total_ms"]
-                    entry["rows"] += row["rows"]
+                    entry = merged.setdefault(text, {"query": text, **dict.fromkeys(_SUMMED, 0)})
+                    for name in _SUMMED:
+                        entry[name] += row[name]
         top = sorted(merged.values(), key=lambda e: e["total_ms"], reverse=True)[:limit]
         for entry in top:
             entry["total_ms"] = round(entry["total_ms"], 1)
             entry["mean_ms"] = (
                 round(entry["total_ms"] / entry["calls"], 3) if entry["calls"] else None
             )
+            entry["wal_bytes"] = int(entry["wal_bytes"])
         return top
 
     # -- processes to sample ---------------------------------------------------------

@@ -141,7 +141,8 @@ SELECT pg_stat_statements_reset();
 
 -- name: top_statements
 -- Where the shard's CPU went, statement by statement, since the last reset.
-SELECT query, calls, total_exec_time AS total_ms, rows, shared_blks_hit, shared_blks_read
+SELECT query, calls, total_exec_time AS total_ms, rows, shared_blks_hit, shared_blks_read,
+       shared_blks_dirtied, wal_records, wal_fpi, wal_bytes
   FROM pg_stat_statements
  WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
  ORDER BY total_exec_time DESC
