@@ -18,7 +18,6 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
-from contextvars import Token
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -292,7 +291,8 @@ class RequestAccounting:
             if refusal is not None:
                 await problem_response(*refusal)(scope, receive, send_status)
                 return
-            token = self._enter(scope)
+            self.in_flight += 1
+            token = logs.bind(request_id=_request_id(scope))
             try:
                 body: bytes | None = None
                 if scope["method"] in _WITH_BODY:
@@ -318,14 +318,17 @@ class RequestAccounting:
                 else:
                     await self.app(scope, receive, send_status)
             finally:
-                self._leave(token)
+                self.in_flight -= 1
+                logs.unbind(token)
         finally:
             method = scope["method"]
             if method not in _METHODS:
                 method = "other"  # any token a client sends would be a new series
             if route_label is None:
                 route_label = getattr(scope.get("route"), "path", "unmatched")
-            self._count(method, route_label, status, started)
+            counter, timer = self._child(method, route_label, status)
+            counter.inc()
+            timer.observe(time.perf_counter() - started)
 
     def fast_route(self, scope: Scope) -> FastRoute | None:
         """The fast route that may answer this request, from its head alone;
@@ -354,30 +357,20 @@ class RequestAccounting:
         except StrictJsonError:
             scope[_DECLINED] = True
             return None
-        token = self._enter(scope)
+        self.in_flight += 1
+        token = logs.bind(request_id=_request_id(scope))
         try:
             response = await self._answer_fast(fast, scope, body)
         finally:
-            self._leave(token)
+            self.in_flight -= 1
+            logs.unbind(token)
         if response is None:
             scope[_DECLINED] = True
             return None
-        self._count(scope["method"], scope["path"], response.status_code, started)
-        return response
-
-    def _enter(self, scope: Scope) -> Token[dict[str, Any]]:
-        """A request admitted: counted in flight, its id bound to the logs."""
-        self.in_flight += 1
-        return logs.bind(request_id=_request_id(scope))
-
-    def _leave(self, token: Token[dict[str, Any]]) -> None:
-        self.in_flight -= 1
-        logs.unbind(token)
-
-    def _count(self, method: str, route: str, status: int, started: float) -> None:
-        counter, timer = self._child(method, route, status)
+        counter, timer = self._child(scope["method"], scope["path"], response.status_code)
         counter.inc()
         timer.observe(time.perf_counter() - started)
+        return response
 
     def _refusal(self, scope: Scope, path: str) -> tuple[dict[str, Any], dict[str, str]] | None:
         """What is refused before the app sees the request, from its head alone."""
