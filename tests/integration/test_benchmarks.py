@@ -19,10 +19,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from benchmarks import doors, sustained, wave
 from benchmarks.cronwave import DEFAULT_ZONES, slot_at_least, zone_schedules
+from benchmarks.harness import BenchCluster, ClusterSpec
 from benchmarks.report import REPORT_KEYS
 from benchmarks.stats import percentile, summarize, timeline
 from cluster.local.pgserver import PgServer
@@ -331,3 +333,26 @@ def test_instructions_counts_the_api_under_callgrind(
     assert figures["settings"]["durable"] is True and "yardstick" in figures["settings"]["machine"]
     # The dump it read is there to be opened with callgrind_annotate.
     assert list((tmp_path / "run" / "callgrind").glob("callgrind.out.*.1"))
+
+
+def test_statement_stats_sum_time_buffers_and_wal_over_the_shards(tmp_path: Path) -> None:
+    # --pg-stats: each statement's counters, summed over the shards the
+    # harness started with pg_stat_statements, as the report writes them.
+    spec = ClusterSpec(out=tmp_path, shards=2, workers=0, statement_stats=True, zookeeper=False)
+    with BenchCluster(spec) as cluster:
+        dsns = cluster.start_shards()
+        cluster.reset_statement_stats()
+        for dsn in dsns:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("CREATE TABLE stats_probe (n int)")
+                for _ in range(3):
+                    conn.execute("INSERT INTO stats_probe SELECT generate_series(1, 100)")
+        top = cluster.statement_stats(limit=20)
+    assert top is not None
+    [insert] = [e for e in top if e["query"].startswith("INSERT INTO stats_probe")]
+    assert (insert["calls"], insert["rows"]) == (6, 600)
+    assert insert["wal_records"] >= 600
+    assert isinstance(insert["wal_bytes"], int) and insert["wal_bytes"] > 0
+    assert insert["shared_blks_hit"] + insert["shared_blks_read"] > 0
+    assert insert["mean_ms"] == round(insert["total_ms"] / 6, 3)
+    json.dumps(top)  # what the report writes
