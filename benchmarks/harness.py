@@ -156,6 +156,10 @@ class ClusterSpec:
     # without it every worker claims from, and leads, every shard
     # (``--no-zookeeper``): two materializers then race on every cron.
     zookeeper: bool = True
+    # A command the API processes run under, and how long they may take to
+    # start: benchmarks.instructions runs the API under valgrind.
+    api_prefix: tuple[str, ...] = ()
+    api_start_seconds: float = 60.0
 
 
 @dataclass
@@ -309,11 +313,13 @@ class BenchCluster:
         log.info("ZooKeeper ready in %.1f s", time.monotonic() - started)
         return str(self.zk.connect_string)
 
-    def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> _Proc:
+    def _spawn(
+        self, name: str, args: list[str], env: dict[str, str], prefix: tuple[str, ...] = ()
+    ) -> _Proc:
         log_path = self.log_dir / f"{name}.log"
         log = open(log_path, "ab")  # closed in stop(), after the child exits
         popen = subprocess.Popen(
-            [sys.executable, *args],
+            [*prefix, sys.executable, *args],
             env=env,
             cwd=REPO_ROOT,
             stdout=log,
@@ -398,12 +404,20 @@ class BenchCluster:
             name = "api" if count == 1 else f"api-{i}"
             procs.append(
                 self._spawn(
-                    name, ["-m", "cluster.cli", "api"], {**env, "VAKIT_API_PORT": str(port)}
+                    name,
+                    ["-m", "cluster.cli", "api"],
+                    {**env, "VAKIT_API_PORT": str(port)},
+                    self.spec.api_prefix,
                 )
             )
             urls.append(f"http://127.0.0.1:{port}")
         # /readyz also needs a worker beat on every shard: start workers first.
-        self._wait(lambda: all(_http_ok(f"{u}/readyz") for u in urls), procs, 60, "the API")
+        self._wait(
+            lambda: all(_http_ok(f"{u}/readyz") for u in urls),
+            procs,
+            self.spec.api_start_seconds,
+            "the API",
+        )
         self.api_urls += urls
         self.api_url = self.api_urls[0]
         log.info("%d API process(es) ready in %.1f s", count, time.monotonic() - started)
@@ -422,6 +436,10 @@ class BenchCluster:
                 tails = "\n".join(f"--- {p.name}\n{_tail(p.log_path)}" for p in procs)
                 raise TimeoutError(f"{what} not ready after {timeout:.0f} s\n{tails}")
             time.sleep(0.1)
+
+    def pid_of(self, name: str) -> int:
+        """The process id of the process started as ``name`` (``api``, ``worker-0``…)."""
+        return next(p.popen.pid for p in self._procs if p.name == name)
 
     def check_alive(self) -> None:
         """Raise if a process we started has died (a crash mid-run)."""

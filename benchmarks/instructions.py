@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks.harness import REPO_ROOT, BenchCluster, ClusterSpec, _Proc
+from benchmarks.harness import BenchCluster, ClusterSpec
 from benchmarks.leanhttp import LeanClient
 from benchmarks.report import machine_info
 
@@ -44,35 +44,6 @@ __all__ = ["main", "measure", "total_instructions"]
 
 _API_START_SECONDS = 600.0  # the API imports and starts under valgrind
 _WARM_REQUESTS = 3  # batches; single creates warm up with a hundred times this
-
-
-class _CallgrindCluster(BenchCluster):
-    """The benchmark cluster with its API process under callgrind,
-    instrumentation off until :func:`_toggle` turns it on."""
-
-    callgrind_dir: Path
-    api_pid: int | None = None
-
-    def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> _Proc:
-        if name != "api":
-            return super()._spawn(name, args, env)
-        log_path = self.log_dir / f"{name}.log"
-        log = open(log_path, "ab")  # closed in stop(), after the child exits
-        popen = subprocess.Popen(
-            [
-                "valgrind", "--tool=callgrind", "--instr-atstart=no",
-                f"--callgrind-out-file={self.callgrind_dir}/callgrind.out.%p",
-                sys.executable, *args,
-            ],
-            env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        proc = _Proc(name, popen, log_path, log)
-        self._procs.append(proc)
-        self.api_pid = popen.pid
-        return proc
-
-    def _wait(self, ready: Any, procs: list[_Proc], timeout: float, what: str) -> None:
-        super()._wait(ready, procs, max(timeout, _API_START_SECONDS), what)
 
 
 def _toggle(pid: int, *args: str) -> None:
@@ -116,22 +87,29 @@ def measure(requests: int, batch: int | None, out: Path) -> dict[str, Any]:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("benchmarks.instructions needs valgrind: apt-get install valgrind (make setup does)")
     machine = machine_info()
-    cluster = _CallgrindCluster(ClusterSpec(out=out, workers=1))
-    with cluster:
-        cluster.callgrind_dir = out / "callgrind"
-        cluster.callgrind_dir.mkdir(parents=True, exist_ok=True)
+    dumps_dir = out / "callgrind"
+    dumps_dir.mkdir(parents=True, exist_ok=True)
+    # The API under callgrind, instrumentation off until _toggle turns it on.
+    callgrind = (
+        "valgrind", "--tool=callgrind", "--instr-atstart=no",
+        f"--callgrind-out-file={dumps_dir}/callgrind.out.%p",
+    )  # fmt: skip
+    spec = ClusterSpec(
+        out=out, workers=1, api_prefix=callgrind, api_start_seconds=_API_START_SECONDS
+    )
+    with BenchCluster(spec) as cluster:
         cluster.start_scheduler("noop")
         url, token = cluster.start_api("instructions")
-        assert cluster.api_pid is not None
+        api_pid = cluster.pid_of("api")
         warm = _WARM_REQUESTS if batch else 100 * _WARM_REQUESTS
         asyncio.run(_drive(url, token, warm, batch))
-        _toggle(cluster.api_pid, "-i", "on")
+        _toggle(api_pid, "-i", "on")
         started = time.monotonic()
         asyncio.run(_drive(url, token, requests, batch))
         seconds = time.monotonic() - started
-        _toggle(cluster.api_pid, "-i", "off")
-        _toggle(cluster.api_pid, "-d")
-        dumps = sorted(cluster.callgrind_dir.glob(f"callgrind.out.{cluster.api_pid}.*"))
+        _toggle(api_pid, "-i", "off")
+        _toggle(api_pid, "-d")
+        dumps = sorted(dumps_dir.glob(f"callgrind.out.{api_pid}.*"))
         if not dumps:
             raise RuntimeError("callgrind wrote no dump")
         total = total_instructions(dumps[-1])
@@ -145,7 +123,13 @@ def measure(requests: int, batch: int | None, out: Path) -> dict[str, Any]:
         "instructions": total,
         "instructions_per_job": round(total / jobs),
         "seconds": round(seconds, 1),
-        "settings": {"shards": 2, "durable": True, "zookeeper": True, "target": "NOOP", "machine": machine},
+        "settings": {
+            "shards": spec.shards,
+            "durable": spec.durable,
+            "zookeeper": spec.zookeeper,
+            "target": "NOOP",
+            "machine": machine,
+        },
     }
 
 

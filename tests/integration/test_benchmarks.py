@@ -14,6 +14,8 @@ speed: this machine's figures are in benchmarks/README.md.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -314,9 +316,6 @@ def test_floor_measures_both_apps_and_leaves_no_table(bench_dsns: list[str]) -> 
 def test_instructions_counts_the_api_under_callgrind(
     tmp_path: Path, flags: list[str], mode: str, jobs: int
 ) -> None:
-    import subprocess
-    import sys
-
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.instructions", *flags, "--out", str(tmp_path / "run"),
          "--json", str(tmp_path / "figures.json")],
