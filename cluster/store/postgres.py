@@ -860,9 +860,39 @@ def _job_row(p: CreateJobParams) -> dict[str, Any]:
     return row
 
 
+# insert_jobs_batch's rows are arrays: a job's values in this order, which
+# the statement is checked to read when the module loads.
+_BATCH_COLUMNS = (
+    "id", "owner_service", "idempotency_key", "fingerprint", "type", "cron_id",
+    "scheduled_for", "run_at", "max_attempts", "timeout_seconds", "target_kind",
+    "target", "payload", "far",
+)  # fmt: skip
+
+
+def _check_batch_columns(name: str) -> None:
+    """Raise unless statement ``name`` reads :data:`_BATCH_COLUMNS` from a row
+    array, each at its position (``(r->>0)::uuid AS id``, ``r->>1 AS …``)."""
+    found = re.findall(r"\br->>?(\d+)\)?(?:::\w+)? AS (\w+)", QUERIES[name])
+    columns = tuple(column for _, column in found)
+    if [int(at) for at, _ in found] != list(range(len(found))) or columns != _BATCH_COLUMNS:
+        raise RuntimeError(f"{name} reads {found}, not _batch_row's {_BATCH_COLUMNS}")
+
+
+_check_batch_columns("insert_jobs_batch")
+
+
+def _batch_row(p: CreateJobParams) -> list[Any]:
+    """A job as a row of insert_jobs_batch: the values of :func:`_job_fields`
+    and ``far``, in :data:`_BATCH_COLUMNS`' order."""
+    return [
+        p.id, p.owner, p.idempotency_key, p.fingerprint, p.type, p.cron_id, p.scheduled_for,
+        p.run_at, p.max_attempts, p.timeout_seconds, p.target_kind, p.target, p.payload, p.far,
+    ]  # fmt: skip
+
+
 def _batch_args(jobs: Sequence[CreateJobParams]) -> dict[str, Any]:
     """The batch as one JSON array of rows (insert_jobs_batch)."""
-    return {"rows": json_text([{**_job_fields(p), "far": p.far} for p in jobs])}
+    return {"rows": json_text([_batch_row(p) for p in jobs])}
 
 
 def _record_from_row(row: dict[str, Any], attempts: tuple[AttemptRecord, ...] = ()) -> JobRecord:

