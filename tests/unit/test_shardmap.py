@@ -3,6 +3,7 @@ job id already issued (it would route to the wrong shard)."""
 
 from __future__ import annotations
 
+import base64
 import os
 import pickle
 import uuid
@@ -42,6 +43,19 @@ def test_id_text_form_vector() -> None:
     assert shardmap.decode_id("job", "job_01J3SW58DJFAY828T5CY4TQKFF") == value
     # Crockford look-alikes and lower case decode to the same id.
     assert shardmap.decode_id("job", "job_01j3sw58djfay828t5cy4tqkff") == value
+
+
+_RFC4648_TO_CROCKFORD = bytes.maketrans(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+)
+
+
+@given(st.integers(0, 2**128 - 1))
+def test_id_text_is_the_base32_of_the_128_bits_behind_two_zero_bits(n: int) -> None:
+    # 2 zero bits, the 128, then 6 zero bits: 17 bytes whose first 26
+    # base32 characters are the ULID text.
+    reference = base64.b32encode((n << 6).to_bytes(17, "big"))[:26].translate(_RFC4648_TO_CROCKFORD)
+    assert shardmap.encode_id("job", uuid.UUID(int=n)) == "job_" + reference.decode()
 
 
 @given(st.integers(0, shardmap.SLOTS - 1), st.integers(0, 2**48 - 1))
