@@ -32,7 +32,7 @@ from cluster.api.cron_schemas import (
     TriggerOut,
 )
 from cluster.api.openapi import problem_responses
-from cluster.api.schemas import parse_rfc3339
+from cluster.api.schemas import parse_rfc3339, target_dict
 from cluster.clock import utc
 from cluster.cron.plan import cron_slot, first_slot, schedule_of
 from cluster.cron.schedule import parse_schedule
@@ -212,7 +212,7 @@ def _values(body: CreateCronIn) -> dict[str, Any]:
         "schedule": body.schedule.strip(),
         "time_zone": body.timeZone,
         "type": body.type,
-        "target": body.target.model_dump(exclude_none=True),
+        "target": target_dict(body.target),
         "payload": body.payload,
         "misfire_policy": body.misfirePolicy,
         "concurrency": body.concurrency,
@@ -387,7 +387,7 @@ async def patch_cron(cron_job_id: str, body: PatchCronIn, ctx: Ctx, owner: Owner
     if values["start_at"] and values["end_at"] and values["start_at"] > values["end_at"]:
         raise InvalidRequest("startAt must not be after endAt", field="startAt")
     if "target" in given and body.target is not None:
-        values["target"] = body.target.model_dump(exclude_none=True)
+        values["target"] = target_dict(body.target)
     rebuilt = _build(ctx, values, cron.id, owner, cron.name, ctx.clock.now(), may_end=True)
     timing = (
         "schedule", "timeZone", "enabled", "monthEndPolicy", "dstPolicy", "startAt", "endAt",

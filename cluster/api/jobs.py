@@ -36,6 +36,7 @@ from cluster.api.schemas import (
     ValidBatchCreateJobsIn,
     fingerprint,
     parse_rfc3339,
+    target_dict,
 )
 from cluster.clock import utc
 from cluster.errors import (
@@ -130,7 +131,7 @@ def _prepare(
     table. A keyed job's id carries its key's slot, so a repeat finds the
     first on the same shard; a keyless one's slot is random
     (:func:`_create_anywhere` draws another for another shard)."""
-    target = body.target.model_dump(exclude_none=True)
+    target = target_dict(body.target)
     ctx.check_target(target, owner)
     if tracing.ENABLED:
         # The create's trace continues at the firing (cluster/tracing.py).

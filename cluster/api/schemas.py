@@ -46,6 +46,7 @@ __all__ = [
     "fingerprint",
     "format_utc",
     "parse_rfc3339",
+    "target_dict",
 ]
 
 _RFC3339 = re.compile(
@@ -165,6 +166,14 @@ class NoopTargetIn(_Strict):
 TargetIn = Annotated[HttpTargetIn | KafkaTargetIn | NoopTargetIn, Field(discriminator="kind")]
 
 
+def target_dict(target: HttpTargetIn | KafkaTargetIn | NoopTargetIn) -> dict[str, Any]:
+    """``target.model_dump(exclude_none=True)``: the fields that are set, in
+    their order. Every create makes one (1,000 a batch), and model_dump's
+    dozen keyword arguments cost 1.0 us where the fields' own dict costs 0.4;
+    a target's fields are plain values (a headers dict, no models inside)."""
+    return {name: value for name, value in target.__dict__.items() if value is not None}
+
+
 class CreateJobIn(_Strict):
     type: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
     runAt: Rfc3339
@@ -176,7 +185,7 @@ class CreateJobIn(_Strict):
     @field_validator("runAt")
     @classmethod
     def _run_at(cls, value: str) -> str:
-        parse_rfc3339(value, "runAt")
+        _utc_instant(value)  # parsed once: the handler's run_at() is a cache hit
         return value
 
     def run_at(self) -> datetime:
@@ -190,7 +199,7 @@ class PatchJobIn(_Strict):
     @field_validator("runAt")
     @classmethod
     def _run_at(cls, value: str) -> str:
-        parse_rfc3339(value, "runAt")
+        _utc_instant(value)  # parsed once: the handler's run_at() is a cache hit
         return value
 
 
@@ -242,7 +251,9 @@ def fingerprint(body: BaseModel, exclude: set[str] | None = None) -> str:
     first used with another spelling before it answers a repeat with 409.
     The digest is stored with the key, so its recipe must not change again:
     a repeat sent after an upgrade must still match the first request."""
-    data = body.model_dump(mode="json", exclude=exclude)
+    # model_dump's own serializer, called without the wrapper's dozen keyword
+    # arguments (1.5 against 2.1 us an item of a keyed batch); the same dict.
+    data = body.__pydantic_serializer__.to_python(body, mode="json", exclude=exclude)
     run_at = data.get("runAt")
     if isinstance(run_at, str):
         data["runAt"] = _instant_text(run_at)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.api.schemas import CreateJobIn, fingerprint
+from cluster.api.schemas import BatchJobIn, CreateJobIn, fingerprint
 from cluster.model.jsontext import canonical_json
 
 
@@ -93,3 +93,17 @@ def test_a_job_fingerprint_is_the_digest_it_always_was(
         }
     )
     assert fingerprint(body) == digest
+
+
+def test_a_batch_items_fingerprint_is_the_single_creates_without_its_key() -> None:
+    """A batch item's digest leaves its own key out: the same job sent
+    singly (its key a header) or in a batch is one request."""
+    item = {
+        "type": "order.cancel",
+        "runAt": "2026-12-01T09:30:00Z",
+        "target": {"kind": "HTTP", "url": "https://orders.example/cancel"},
+        "payload": {"order": 98213, "note": "plain", "amount": 12.5},
+    }
+    batched = BatchJobIn.model_validate({**item, "idempotencyKey": "order-98213"})
+    digest = "2dda581f8a9b9d7abea9b2aee3d454a08a5d525b754558b4c1edfb634b1420ed"
+    assert fingerprint(batched, exclude={"idempotencyKey"}) == digest
