@@ -1,6 +1,8 @@
 """A batch create's rows are arrays read by position (insert_jobs_batch):
-each holds the values the single create's statements take, and the
-statement reads them where the store writes them."""
+each holds the values the single create's statements take, and a
+statement that reads them elsewhere is refused. The real statement is
+checked when cluster.store.postgres loads (an import of this test would
+fail), and the batch tests on real shards read back what it wrote."""
 
 from __future__ import annotations
 
@@ -26,10 +28,6 @@ def test_a_batch_row_holds_the_single_creates_values_in_order(key: str | None, f
     row = postgres._batch_row(p)
     assert row == [*postgres._job_fields(p).values(), far]
     assert len(row) == len(postgres._BATCH_COLUMNS)
-
-
-def test_the_batch_statement_reads_each_column_at_its_position() -> None:
-    postgres._check_batch_columns("insert_jobs_batch")
 
 
 @pytest.mark.parametrize(
