@@ -57,6 +57,11 @@ def door_ratios(drains: list[tuple[str, float | None]]) -> list[float | None]:
     return ratios
 
 
+def _speed(speed: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A run's drain-time speed readings without each round's."""
+    return {k: v for k, v in speed.items() if k != "rounds_ms"} if speed else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.doors",
@@ -99,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
                         "machine_steal_fraction": report["usage"]["machine_steal_fraction"],
                         # The hour's speed as the run started (benchmarks/yardstick.py).
                         "yardstick": report["settings"]["machine"].get("yardstick"),
+                        # ... and while it drained: the drains compared ran
+                        # on one machine only if these agree.
+                        "cpu_speed": _speed(report["usage"].get("cpu_speed")),
                     }
                 )
     except KeyboardInterrupt:
@@ -123,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         + "/".join(f"{r['source']}:{r['drain_jobs_per_s'] or 0:,.0f}" for r in runs)
         + " ratios="
         + "/".join("-" if r is None else f"{r:.1%}" for r in ratios)
-        + (f" median={summary['drain_vs_copy_median']:.1%}" if known else ""),
+        + (f" median={summary['drain_vs_copy_median']:.1%}" if known else "")
+        + " speed_in_drain(cpu ms)="
+        + "/".join(f"{r['cpu_speed']['cpu_ms']:.0f}" if r["cpu_speed"] else "-" for r in runs),
         flush=True,
     )
     return 0

@@ -167,6 +167,9 @@ def summary_line(name: str, report: dict[str, Any]) -> str:
     machine = report["settings"].get("machine", {})
     parts.append(f"cores={machine.get('cores')}")
     parts.append(yardstick.describe(machine.get("yardstick")))
+    usage = report.get("usage") or {}
+    if "cpu_speed" in usage:  # a wave's: the machine's speed while it drained
+        parts.append(yardstick.describe_speed(usage["cpu_speed"]))
     return " ".join(parts)
 
 

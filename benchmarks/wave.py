@@ -60,6 +60,7 @@ from benchmarks.outcomes import collect, figures, server_info
 from benchmarks.profile import summarize_profiles, write_summary
 from benchmarks.report import headline, machine_info, plot_timeline, write_report
 from benchmarks.stats import timeline
+from benchmarks.yardstick import SpeedProbe
 from cluster.worker.preload import LOOKAHEAD_SECONDS
 
 __all__ = ["SOURCES", "WaveOptions", "auto_lead", "claim_window", "main", "run"]
@@ -168,6 +169,9 @@ def run(opts: WaveOptions) -> dict[str, Any]:
             cluster.reset_statement_stats()
             cluster.start_profilers()
             sampler.begin()
+            # The machine's speed while the wave drains (benchmarks/yardstick.py).
+            probe = SpeedProbe().start()
+            watching.callback(probe.stop)  # also when the drain fails
             wal_before = cluster.wal_stats()
             timeout = opts.drain_timeout or 120.0 + opts.jobs / 500.0
             _sleep_until(t_due, cluster)
@@ -175,6 +179,7 @@ def run(opts: WaveOptions) -> dict[str, Any]:
                 made.watch.wait(timeout=10.0)  # its last count, taken at T
             seen = cluster.wait_finished(made.expected, timeout=timeout)
             usage = sampler.end()
+            speed = probe.stop()
             wal = wal_window(wal_before, cluster.wal_stats(), made.expected)
             log.info("%d of %d jobs finished %.1f s after T", seen, made.expected, usage.seconds)
         profiles = cluster.stop_profilers()
@@ -231,7 +236,7 @@ def run(opts: WaveOptions) -> dict[str, Any]:
         "create": made.create_report,
         "occurrences": occurrences,
         "ceilings": {mode: c.as_dict() for mode, c in ceilings.items()},
-        "usage": usage.as_dict(made.expected),
+        "usage": {**usage.as_dict(made.expected), "cpu_speed": speed},
         "wal": wal,
         "worker_counters": counters,
         "sink_firings": sink_count,

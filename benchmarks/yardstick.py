@@ -28,15 +28,23 @@ does at its fast level. Each is the measuring thread's own CPU time, so a
 neighbour taking the core in turns does not count. Lower is faster. It
 tells a slow hour from a fast one; it is no exchange rate between them,
 and figures are never divided by it.
+
+The reading as a run starts cannot say which level a drain minutes later
+ran at, and a crons wave drains some ten minutes after its run starts.
+So a wave also takes :class:`SpeedProbe` readings while it drains: the
+same short round every half second, reported as ``usage.cpu_speed``, which
+says whether two drains that are compared ran on the same machine.
 """
 
 from __future__ import annotations
 
 import mmap
 import statistics
+import threading
 import time
+from typing import Any
 
-__all__ = ["TOUCH_BYTES", "cpu_ms", "describe", "first_touch_s_per_gib", "measure"]
+__all__ = ["TOUCH_BYTES", "SpeedProbe", "cpu_ms", "describe", "describe_speed", "first_touch_s_per_gib", "measure"]
 
 # Large enough that page faults, not the loop around them, take the time
 # (65,536 pages: about 10 ms of the loop against 130-220 ms of faults seen);
@@ -60,19 +68,64 @@ def _interpreter_work(items: int) -> int:
     return total
 
 
+def _round_ms() -> float:
+    """One short round, in this thread's CPU milliseconds scaled to a
+    20,000-item round (cpu_ms's unit)."""
+    started = time.thread_time()
+    _interpreter_work(_PROBE_ITEMS)
+    return (time.thread_time() - started) * 1000 * _CPU_ITEMS / _PROBE_ITEMS
+
+
 def cpu_ms(seconds: float = _CPU_SECONDS) -> tuple[float, float]:
     """The fixed interpreter work in CPU milliseconds a 20,000-item round:
     (median, best) of short rounds run for ``seconds`` of CPU."""
     rounds: list[float] = []
     spent = 0.0
     while spent < seconds or not rounds:
-        started = time.thread_time()
-        _interpreter_work(_PROBE_ITEMS)
-        took = time.thread_time() - started
-        rounds.append(took)
-        spent += took
-    scale = 1000 * _CPU_ITEMS / _PROBE_ITEMS
-    return round(statistics.median(rounds) * scale, 2), round(min(rounds) * scale, 2)
+        rounds.append(_round_ms())
+        spent += rounds[-1] / 1000 * _PROBE_ITEMS / _CPU_ITEMS
+    return round(statistics.median(rounds), 2), round(min(rounds), 2)
+
+
+class SpeedProbe:
+    """The machine's speed while something runs: one short round (about 2 ms
+    of CPU) every ``interval`` seconds from a thread of its own, between
+    :meth:`start` and :meth:`stop`. A round is timed in the thread's own CPU
+    time, so waiting for a core (or for the GIL) does not count; what counts
+    is how fast a core runs the work once it has it."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.rounds: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-speed-probe", daemon=True)
+
+    def start(self) -> SpeedProbe:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.rounds.append(_round_ms())
+            self._stop.wait(self.interval)
+
+    def stop(self) -> dict[str, Any] | None:
+        """The readings: median, 90th percentile and best in cpu_ms's unit,
+        and each round's (None when not one was taken)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if not self.rounds:
+            return None
+        ordered = sorted(self.rounds)
+        return {
+            "cpu_ms": round(statistics.median(ordered), 2),
+            "cpu_ms_p90": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 2),
+            "cpu_ms_best": round(ordered[0], 2),
+            "rounds": len(ordered),
+            "interval_seconds": self.interval,
+            "rounds_ms": [round(r, 1) for r in self.rounds],
+        }
 
 
 def first_touch_s_per_gib(nbytes: int = TOUCH_BYTES) -> float:
@@ -109,6 +162,13 @@ def describe(yardstick: dict[str, float] | None) -> str:
         + ("" if best is None else f"(best {best:.0f})")
         + f",touch:{yardstick['first_touch_s_per_gib']:.2f}s/GiB"
     )
+
+
+def describe_speed(speed: dict[str, Any] | None) -> str:
+    """A :class:`SpeedProbe`'s readings as a summary line shows them."""
+    if not speed:
+        return "speed_in_drain=-"
+    return f"speed_in_drain=cpu:{speed['cpu_ms']:.0f}ms(p90 {speed['cpu_ms_p90']:.0f})"
 
 
 def main() -> int:

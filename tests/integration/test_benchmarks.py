@@ -209,6 +209,10 @@ def test_doors_runs_the_door_between_two_copy_waves_and_reports_the_ratio(
         assert inner["source"] == source and inner["counts"] == {"SUCCEEDED": 1000}
         assert inner["drain_jobs_per_s"] == run["drain_jobs_per_s"]
         assert run["yardstick"] == inner["settings"]["machine"]["yardstick"] is not None
+        # ... and the machine's speed while it drained, each round's in its own report.
+        speed = inner["usage"]["cpu_speed"]
+        assert speed["rounds"] == len(speed["rounds_ms"]) >= 1
+        assert run["cpu_speed"] == {k: v for k, v in speed.items() if k != "rounds_ms"}
     copy_before, door, copy_after = (r["drain_jobs_per_s"] for r in report["runs"])
     ratio = door / ((copy_before + copy_after) / 2)
     assert report["drain_vs_copy"] == [pytest.approx(ratio, abs=1e-3)]
@@ -217,6 +221,8 @@ def test_doors_runs_the_door_between_two_copy_waves_and_reports_the_ratio(
     assert len(lines) == 4 and lines[-1].startswith("doors[api vs copy]: jobs=1,000"), lines
     # Each run's line says how fast the machine was as it started.
     assert all(" yardstick=cpu:" in line for line in lines[:3]), lines
+    assert all(" speed_in_drain=cpu:" in line for line in lines[:3]), lines
+    assert " speed_in_drain(cpu ms)=" in lines[-1], lines
 
 
 @pytest.mark.timeout(240)
