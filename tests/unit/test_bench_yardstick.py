@@ -24,7 +24,8 @@ def test_a_smaller_region_and_fewer_rounds_still_measure() -> None:
     assert median == best > 0
 
 
-def test_a_summary_line_ends_with_the_yardstick_or_says_it_has_none() -> None:
+def _wave_report(machine: dict[str, Any], usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fields of a wave's report that a summary line reads."""
     report: dict[str, Any] = {
         "jobs": 10,
         "started_within_60s": 1.0,
@@ -32,20 +33,16 @@ def test_a_summary_line_ends_with_the_yardstick_or_says_it_has_none() -> None:
         "drain_jobs_per_s": 100.0,
         "ceiling_jobs_per_s": None,
         "peak_worker_rss_bytes": {"max_process": 2**20, "sum": 2**21},
-        "settings": {
-            "source": "copy",
-            "db": "durable",
-            "knobs": "defaults",
-            "machine": {
-                "cores": 2,
-                "yardstick": {
-                    "cpu_ms": 41.26,
-                    "cpu_ms_best": 30.4,
-                    "first_touch_s_per_gib": 1.2345,
-                },
-            },
-        },
+        "settings": {"source": "copy", "db": "durable", "knobs": "defaults", "machine": machine},
     }
+    if usage is not None:
+        report["usage"] = usage
+    return report
+
+
+def test_a_summary_line_ends_with_the_yardstick_or_says_it_has_none() -> None:
+    stick = {"cpu_ms": 41.26, "cpu_ms_best": 30.4, "first_touch_s_per_gib": 1.2345}
+    report = _wave_report({"cores": 2, "yardstick": stick})
     line = summary_line("wave", report)
     assert line.endswith("cores=2 yardstick=cpu:41ms(best 30),touch:1.23s/GiB"), line
     del report["settings"]["machine"]["yardstick"]["cpu_ms_best"]  # a report of 8d880d6
@@ -75,19 +72,8 @@ def test_a_probe_stopped_before_it_started_has_no_readings() -> None:
 
 
 def test_a_waves_summary_line_gives_its_speed_in_the_drain() -> None:
-    report: dict[str, Any] = {
-        "jobs": 10,
-        "started_within_60s": 1.0,
-        "lateness_seconds": {"p50": 0.01, "p95": 0.02, "p99": 0.03, "max": 0.04},
-        "drain_jobs_per_s": 100.0,
-        "ceiling_jobs_per_s": None,
-        "peak_worker_rss_bytes": {"max_process": 2**20, "sum": 2**21},
-        "usage": {
-            "cpu_us_per_job": {"workers": 30.0},
-            "cpu_speed": {"cpu_ms": 14.2, "cpu_ms_p90": 22.6, "cpu_ms_best": 13.1, "rounds": 80},
-        },
-        "settings": {"source": "copy", "db": "durable", "knobs": "defaults", "machine": {"cores": 2}},
-    }
+    speed = {"cpu_ms": 14.2, "cpu_ms_p90": 22.6, "cpu_ms_best": 13.1, "rounds": 80}
+    report = _wave_report({"cores": 2}, {"cpu_us_per_job": {"workers": 30.0}, "cpu_speed": speed})
     line = summary_line("wave", report)
     assert line.endswith("yardstick=- speed_in_drain=cpu:14ms(p90 23)"), line
     del report["usage"]["cpu_speed"]  # a report from before the probe, or not a wave's
