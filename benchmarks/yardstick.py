@@ -68,12 +68,16 @@ def _interpreter_work(items: int) -> int:
     return total
 
 
-def _round_ms() -> float:
-    """One short round, in this thread's CPU milliseconds scaled to a
-    20,000-item round (cpu_ms's unit)."""
+def _round_seconds() -> float:
+    """One short round: this thread's CPU seconds for it."""
     started = time.thread_time()
     _interpreter_work(_PROBE_ITEMS)
-    return (time.thread_time() - started) * 1000 * _CPU_ITEMS / _PROBE_ITEMS
+    return time.thread_time() - started
+
+
+def _as_cpu_ms(seconds: float) -> float:
+    """A short round's seconds in cpu_ms's unit (a 20,000-item round, in ms)."""
+    return seconds * 1000 * _CPU_ITEMS / _PROBE_ITEMS
 
 
 def cpu_ms(seconds: float = _CPU_SECONDS) -> tuple[float, float]:
@@ -82,9 +86,9 @@ def cpu_ms(seconds: float = _CPU_SECONDS) -> tuple[float, float]:
     rounds: list[float] = []
     spent = 0.0
     while spent < seconds or not rounds:
-        rounds.append(_round_ms())
-        spent += rounds[-1] / 1000 * _PROBE_ITEMS / _CPU_ITEMS
-    return round(statistics.median(rounds), 2), round(min(rounds), 2)
+        rounds.append(_round_seconds())
+        spent += rounds[-1]
+    return round(_as_cpu_ms(statistics.median(rounds)), 2), round(_as_cpu_ms(min(rounds)), 2)
 
 
 class SpeedProbe:
@@ -106,7 +110,7 @@ class SpeedProbe:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.rounds.append(_round_ms())
+            self.rounds.append(_as_cpu_ms(_round_seconds()))
             self._stop.wait(self.interval)
 
     def stop(self) -> dict[str, Any] | None:
