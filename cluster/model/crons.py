@@ -275,11 +275,13 @@ class LastSuccessParams:
 
     limit: int = 1000
     # The PostgreSQL store first folds the history's successes into the
-    # crons (fold_cron_successes): up to this many seconds ago, about this
-    # many history rows a transaction, for at most this long a call (what
-    # is left waits for the next call).
+    # crons (fold_cron_successes): up to this many seconds ago, at most
+    # about this many cron occurrences a transaction, in windows of time
+    # that hold about fold_read_rows history rows of any job, for at most
+    # this long a call (what is left waits for the next call).
     fold_lag_seconds: float = 30.0
     fold_limit: int = 2000
+    fold_read_rows: int = 20_000
     fold_budget_seconds: float = 2.0
 
 

@@ -402,11 +402,16 @@ class PgCronStore:
         self, shard: int, params: LastSuccessParams
     ) -> list[tuple[uuid.UUID, datetime]]:
         deadline = time.monotonic() + params.fold_budget_seconds
+        await self.store.fetch(shard, "summarize_history", {})
         while True:
             [folded] = await self.store.fetch(
                 shard,
                 "fold_cron_successes",
-                {"lag": params.fold_lag_seconds, "limit": params.fold_limit},
+                {
+                    "lag": params.fold_lag_seconds,
+                    "limit": params.fold_limit,
+                    "read": params.fold_read_rows,
+                },
             )
             if not folded["more"] or time.monotonic() > deadline:
                 break

@@ -178,34 +178,87 @@ async def test_search_reads_scheduled_jobs_from_the_owner_index_and_running_ones
     assert "WHERE ((status)::text = 'SCHEDULED'" in indexdef, indexdef
 
 
-async def test_a_fold_slice_reads_its_own_cron_rows_and_no_other_jobs(
-    store: PgStore, shard_dsns: list[str]
-) -> None:
-    # A wave of plain jobs finished after the watermark, with a few cron
-    # occurrences among them. A slice of 100 reads about 100 history rows
-    # (migration 14's index of cron rows by finish time), not the 20,000
-    # others: with the BRIN index alone, its bound was a sort of them all.
-    base = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
-    finishes = [
-        (uuid.uuid4() if k % 68 == 0 else None, base + timedelta(milliseconds=10 * k))  # 299 crons'
-        for k in range(20_300)
-    ]
-    finished_history(shard_dsns[0], finishes, folded_until=base - timedelta(seconds=1))
-    with psycopg.connect(shard_dsns[0], autocommit=True) as conn:
-        conn.execute("ANALYZE job_history")
-    with psycopg.connect(shard_dsns[0]) as conn:  # the fold writes: rolled back below
+def fold_explained(dsn: str, limit: int, read: int) -> tuple[int, int, bool, float]:
+    """One fold call as the store makes it (the history's new BRIN ranges
+    summarized first), run and committed under EXPLAIN ANALYZE: the history
+    rows it examined (those its scans returned, and those a lossy BRIN range
+    made it read and recheck), the rows it kept, `more`, and the next
+    window's width."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(QUERIES["summarize_history"])
         row = conn.execute(
             f"EXPLAIN (ANALYZE, FORMAT JSON) {QUERIES['fold_cron_successes']}".encode(),
-            {"lag": 0, "limit": 100},
+            {"lag": 0, "limit": limit, "read": read},
         ).fetchone()
-        conn.rollback()
+        more, width = conn.execute(
+            "SELECT folded_until < now() - interval '1 second', slice_seconds FROM cron_success_fold"
+        ).fetchone() or (True, 0.0)
     assert row is not None
     plan = row[0][0]["Plan"]
-    read = [n for _, n in plan_nodes(plan) if str(n.get("Relation Name", "")).startswith("job_history")]
-    assert read and all(n["Node Type"] in ("Index Scan", "Index Only Scan") for n in read), [
-        (n["Node Type"], n.get("Index Name")) for n in read
+    # Partitions the window's bounds prune away run no loop.
+    read_nodes = [
+        n for _, n in plan_nodes(plan)
+        if str(n.get("Relation Name", "")).startswith("job_history") and n.get("Actual Loops", 1)
+    ]  # fmt: skip
+    assert read_nodes and all(n["Node Type"] in ("Bitmap Heap Scan", "Index Scan") for n in read_nodes), [
+        (n["Relation Name"], n["Node Type"], n.get("Actual Rows")) for n in read_nodes
     ]
-    assert sum(n["Actual Rows"] * n.get("Actual Loops", 1) for n in read) <= 2 * 101, read
+    loops = [n.get("Actual Loops", 1) for n in read_nodes]
+    kept = sum(n["Actual Rows"] * k for n, k in zip(read_nodes, loops, strict=True))
+    rechecked = sum(n.get("Rows Removed by Index Recheck", 0) * k for n, k in zip(read_nodes, loops, strict=True))
+    return kept + rechecked, kept, bool(more), float(width)
+
+
+async def test_a_fold_reads_a_window_of_the_history_whose_width_follows_its_rows(
+    store: PgStore, shard_dsns: list[str]
+) -> None:
+    # A wave of plain jobs finished after the watermark, one cron
+    # occurrence in 68 among them, 10 ms apart, never vacuumed (so the BRIN
+    # index has no summary of them until the fold makes one). Migration 18
+    # took the fold's index of cron rows away (every finished occurrence
+    # paid an entry in it): a call reads a window of time by the BRIN
+    # index, not every row after the watermark.
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=8)
+    finishes = [
+        (uuid.uuid4() if k % 68 == 0 else None, base + timedelta(milliseconds=10 * k))  # 597 crons'
+        for k in range(40_600)
+    ]
+    finished_history(shard_dsns[0], finishes, folded_until=base - timedelta(milliseconds=10))
+    with psycopg.connect(shard_dsns[0], autocommit=True) as conn:
+        conn.execute("ANALYZE job_history")
+        (pages,) = conn.execute(
+            "SELECT sum(relpages) FROM pg_class WHERE relname LIKE 'job\\_history\\_%' AND relkind = 'r'"
+        ).fetchone() or (0,)
+    # A BRIN range is 128 pages: a window may read up to a range's rows on
+    # either side of it.
+    per_range = 128 * len(finishes) // max(int(pages), 1)
+    assert per_range < len(finishes) // 4, per_range
+    # The first window (slice_seconds' default, 1 s) holds 100 rows, a
+    # cron's or two among them, of the 40,600.
+    examined, kept, more, width = fold_explained(shard_dsns[0], limit=2_000, read=10_000)
+    assert more and kept <= 101 and examined <= kept + 2 * per_range, (examined, kept, per_range)
+    # Then it widens twofold a call while a window holds fewer than 10,000
+    # rows (100 s of them), and each call reads its own window.
+    widths, calls = [width], 1
+    while more and calls < 30:
+        examined, kept, more, width = fold_explained(shard_dsns[0], limit=2_000, read=10_000)
+        widths.append(width)
+        calls += 1
+        assert kept <= 2 * 10_000 and examined <= kept + 2 * per_range, (examined, kept, per_range)
+    assert not more and calls < 30, widths
+    assert widths[:5] == [2.0, 4.0, 8.0, 16.0, 32.0] and max(widths) >= 64.0, widths
+    # Caught up: 20,000 rows finished since the watermark, in a fraction of
+    # a second. That call reads them all, and the next window is narrowed
+    # at once to about 10,000 rows at their density: half the time since
+    # the watermark, not half the last width.
+    with psycopg.connect(shard_dsns[0]) as conn:
+        (mark,) = conn.execute("SELECT folded_until FROM cron_success_fold").fetchone() or (base,)
+    step = (datetime.now(UTC) - mark) / 20_001
+    finished_history(
+        shard_dsns[0], [(None, mark + step * (k + 1)) for k in range(20_000)], folded_until=mark
+    )
+    examined, kept, more, width = fold_explained(shard_dsns[0], limit=2_000, read=10_000)
+    assert kept >= 20_000 and width < widths[-1] / 50, (kept, width, widths[-1])
 
 
 async def test_a_crons_readers_of_the_hot_table_use_its_indexes_in_a_wave(

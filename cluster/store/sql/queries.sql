@@ -891,41 +891,74 @@ SELECT r.id, r.scheduled_for, r.run_at, r.status, r.attempt, r.last_error, r.fin
  ORDER BY r.scheduled_for DESC
  LIMIT %(limit)s;
 
+-- name: summarize_history
+-- What the fold's windows read by the BRIN index gets its summary first
+-- (migration 18).
+SELECT vakit_summarize_history() AS ranges;
+
 -- name: fold_cron_successes
 -- Fold the history's successes into cron_jobs.last_success_at, up to
 -- %(lag)s seconds ago (a finish that commits later than that is folded with
--- its cron's next success) and at most about %(limit)s history rows a call
--- (all rows of the last instant taken, so a slice never splits one): the
--- million successes of a midnight wave are folded in short transactions
--- after it, never holding many crons' rows from the materializer (which
--- skips a locked cron for a round) for long. `more` says the call stopped
--- at its limit; %(limit)s counts cron occurrences only, the rows a fold
--- reads. Reads add what is newer (recent_success_at). The same
--- slice folds each cron's last result (migration 12): the status of its
--- occurrence that finished last, cancelled ones aside.
+-- its cron's next success), a window of time a call (migration 18): the
+-- history rows that finished in (folded_until, folded_until +
+-- slice_seconds], read by the BRIN index, of which it folds at most about
+-- %(limit)s cron occurrences (all rows of the last instant taken, so a
+-- slice never splits one). The million successes of a midnight wave are
+-- folded in short transactions after it, never holding many crons' rows
+-- from the materializer (which skips a locked cron for a round) for long.
+-- `more` says the call stopped short of now() - lag. Reads add what is
+-- newer (recent_success_at). The same slice folds each cron's last result
+-- (migration 12): the status of its occurrence that finished last,
+-- cancelled ones aside.
+--
+-- The next window's width follows the rows this one held: narrowed at
+-- once to about %(read)s rows and %(limit)s cron rows at this one's
+-- density, widened at most twofold a call (up to an hour) when it held
+-- fewer and was not cut short by now() - lag. So a row is read about once.
 WITH w AS (
-    SELECT folded_until FROM cron_success_fold FOR UPDATE
+    SELECT folded_until, slice_seconds FROM cron_success_fold FOR UPDATE
+),
+win AS (
+    -- A shard's first fold starts at its oldest history row.
+    SELECT w.folded_until AS lo, w.slice_seconds,
+           least(coalesce(CASE WHEN w.folded_until = '-infinity'
+                               THEN (SELECT min(finished_at) FROM job_history)
+                               ELSE w.folded_until END
+                          + make_interval(secs => w.slice_seconds),
+                          'infinity'),
+                 now() - make_interval(secs => %(lag)s)) AS hi,
+           w.folded_until + make_interval(secs => w.slice_seconds)
+             < now() - make_interval(secs => %(lag)s) AS full_width
+      FROM w
+),
+r AS MATERIALIZED (
+    -- The bounds as values (InitPlans), which the BRIN index and the
+    -- pruning of day partitions can use; a join to win is a seq scan.
+    SELECT h.cron_id, h.status, h.finished_at, h.scheduled_for
+      FROM job_history h
+     WHERE h.finished_at > (SELECT lo FROM win) AND h.finished_at <= (SELECT hi FROM win)
 ),
 bound AS (
-    -- Read in the order of job_history_cron_finished_idx (migration 14):
-    -- the slice's own cron rows, however many other jobs finished meanwhile.
-    SELECT least(
-             coalesce((SELECT h.finished_at FROM job_history h, w
-                        WHERE h.cron_id IS NOT NULL AND h.finished_at > w.folded_until
-                          AND h.finished_at <= now() - make_interval(secs => %(lag)s)
-                        ORDER BY h.finished_at OFFSET %(limit)s LIMIT 1),
-                      'infinity'),
-             now() - make_interval(secs => %(lag)s)) AS upto
+    SELECT least(coalesce((SELECT r.finished_at FROM r WHERE r.cron_id IS NOT NULL
+                            ORDER BY r.finished_at OFFSET %(limit)s LIMIT 1),
+                          'infinity'),
+                 win.hi) AS upto,
+           n.rows, n.cron_rows, win.slice_seconds, win.full_width,
+           CASE WHEN win.lo = '-infinity' OR win.hi <= win.lo THEN win.slice_seconds
+                ELSE extract(epoch FROM win.hi - win.lo)::float8 END AS span
+      FROM win,
+           (SELECT count(*) AS rows, count(*) FILTER (WHERE r.cron_id IS NOT NULL) AS cron_rows
+              FROM r) n
 ),
 s AS (
-    SELECT h.cron_id,
-           max(h.finished_at) FILTER (WHERE h.status = 'SUCCEEDED') AS at,
-           max(h.finished_at) AS result_at,
-           (array_agg(h.status ORDER BY h.finished_at DESC, h.scheduled_for DESC))[1] AS result
-      FROM job_history h, w, bound
-     WHERE h.finished_at > w.folded_until AND h.finished_at <= bound.upto
-       AND h.status IN ('SUCCEEDED', 'FAILED', 'SKIPPED') AND h.cron_id IS NOT NULL
-     GROUP BY h.cron_id
+    SELECT r.cron_id,
+           max(r.finished_at) FILTER (WHERE r.status = 'SUCCEEDED') AS at,
+           max(r.finished_at) AS result_at,
+           (array_agg(r.status ORDER BY r.finished_at DESC, r.scheduled_for DESC))[1] AS result
+      FROM r, bound
+     WHERE r.finished_at <= bound.upto
+       AND r.status IN ('SUCCEEDED', 'FAILED', 'SKIPPED') AND r.cron_id IS NOT NULL
+     GROUP BY r.cron_id
 ),
 stamped AS (
     -- greatest() passes over a NULL: a slice without a success keeps the
@@ -942,7 +975,16 @@ stamped AS (
     RETURNING c.id
 )
 UPDATE cron_success_fold f
-   SET folded_until = greatest(f.folded_until, bound.upto)
+   SET folded_until = greatest(f.folded_until, bound.upto),
+       slice_seconds = CASE
+           WHEN bound.rows > %(read)s OR bound.cron_rows > %(limit)s
+               THEN greatest(0.001, bound.span * least(%(read)s::float8 / bound.rows,
+                                                       %(limit)s::float8 / greatest(bound.cron_rows, 1)))
+           WHEN bound.full_width
+               THEN least(3600.0, 2 * bound.slice_seconds,
+                          bound.span * least(%(read)s::float8 / greatest(bound.rows, 1),
+                                             %(limit)s::float8 / greatest(bound.cron_rows, 1)))
+           ELSE bound.slice_seconds END
   FROM bound
 RETURNING (SELECT count(*) FROM stamped) AS stamped, f.folded_until,
           bound.upto < now() - make_interval(secs => %(lag)s) AS more;
