@@ -258,7 +258,7 @@ async def test_a_fold_reads_a_window_of_the_history_whose_width_follows_its_rows
         shard_dsns[0], [(None, mark + step * (k + 1)) for k in range(20_000)], folded_until=mark
     )
     examined, kept, more, width = fold_explained(shard_dsns[0], limit=2_000, read=10_000)
-    assert kept >= 20_000 and width < widths[-1] / 50, (kept, width, widths[-1])
+    assert kept >= 20_000 and width < widths[-1] / 20, (kept, width, widths[-1])
 
 
 async def test_a_crons_readers_of_the_hot_table_use_its_indexes_in_a_wave(

@@ -914,7 +914,10 @@ SELECT vakit_summarize_history() AS ranges;
 -- The next window's width follows the rows this one held: narrowed at
 -- once to about %(read)s rows and %(limit)s cron rows at this one's
 -- density, widened at most twofold a call (up to an hour) when it held
--- fewer and was not cut short by now() - lag. So a row is read about once.
+-- fewer and was not cut short by now() - lag. So a row is read about once,
+-- give or take the BRIN ranges (128 pages) at a window's edges. A fold that
+-- caught up keeps its width: its first call after a wave may read all of
+-- the wave's rows in one window, once.
 WITH w AS (
     SELECT folded_until, slice_seconds FROM cron_success_fold FOR UPDATE
 ),

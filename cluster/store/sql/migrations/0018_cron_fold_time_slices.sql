@@ -16,7 +16,8 @@
 -- past now() - lag, and folds at most about its limit of cron rows of it
 -- (cut at the limit's row of the window's, sorted, as before). The width
 -- follows what a window held (fold_cron_successes), so each history row is
--- read about once, whatever share of them are cron occurrences.
+-- read about once (give or take the BRIN ranges at a window's edges),
+-- whatever share of them are cron occurrences.
 DROP INDEX job_history_cron_finished_idx;
 ALTER TABLE cron_success_fold ADD COLUMN slice_seconds double precision NOT NULL DEFAULT 1.0;
 
