@@ -665,3 +665,34 @@ async def test_the_fold_takes_slices_of_its_limit_and_every_cron_gets_its_last_s
     for record in records:
         found = await crons.get(0, GetCronParams(record.id, A_OWNER))
         assert found is not None and found.last_success_at == last[record.id]
+
+
+async def test_a_fold_skips_summarizing_a_partition_a_vacuum_holds_and_still_folds_it(
+    store: PgStore, shard_dsns: list[str]
+) -> None:
+    # Migration 18: the fold summarizes the history's new BRIN ranges first,
+    # but a partition another session holds with the lock a vacuum takes is
+    # left to it after lock_timeout (50 ms), not waited for (which would
+    # cancel an autovacuum). The fold still reads that partition's rows, as
+    # unsummarized ranges, and every cron gets its last success.
+    crons = PgCronStore(store)
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=60)
+    records = [cron_record(A_OWNER, f"held-{i}", next_fire_at=base + timedelta(days=1)) for i in range(5)]
+    await crons.create_many(0, records)
+    finishes = [(records[k % 5].id, base + timedelta(milliseconds=20 * k)) for k in range(1_000)]
+    last = dict(finishes)
+    finished_history(shard_dsns[0], finishes, owner=A_OWNER, folded_until=base - timedelta(seconds=1))
+    with psycopg.connect(shard_dsns[0]) as holder:
+        (part,) = holder.execute(
+            "SELECT tableoid::regclass::text FROM job_history WHERE finished_at = %s", (base,)
+        ).fetchone() or ("",)
+        holder.execute(f"LOCK TABLE {part} IN SHARE UPDATE EXCLUSIVE MODE")  # what a vacuum holds
+        started = time.monotonic()
+        # Waiting for the lock would end in the store's statement_timeout
+        # (10 s), an error, or in this timeout.
+        await asyncio.wait_for(crons.last_successes(0, LastSuccessParams(fold_lag_seconds=0)), 30)
+        assert time.monotonic() - started < 10
+        holder.rollback()
+    for record in records:
+        found = await crons.get(0, GetCronParams(record.id, A_OWNER))
+        assert found is not None and found.last_success_at == last[record.id]
