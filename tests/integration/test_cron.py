@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -640,6 +641,29 @@ async def test_a_pass_is_refused_across_a_clock_jump(store: PgStore, shard_dsns:
     assert sum([await m.run_once(s) for s in range(2)]) == 10
 
 
+async def folded_crons(
+    store: PgStore, dsn: str, name: str, crons: int, finishes: int, step: timedelta, ago: timedelta
+) -> tuple[PgCronStore, list[CronRecord], list[tuple[uuid.UUID, datetime]]]:
+    """``crons`` crons on shard 0 and ``finishes`` successes of theirs in
+    turn, ``step`` apart from ``ago`` back, straight into the history after
+    the fold's watermark (the successes are returned)."""
+    pg = PgCronStore(store)
+    base = datetime.now(UTC).replace(microsecond=0) - ago
+    records = [cron_record(A_OWNER, f"{name}-{i}", next_fire_at=base + timedelta(days=1)) for i in range(crons)]
+    await pg.create_many(0, records)
+    done = [(records[k % crons].id, base + step * k) for k in range(finishes)]
+    finished_history(dsn, done, owner=A_OWNER, folded_until=base - timedelta(seconds=1))
+    return pg, records, done
+
+
+async def assert_last_successes(
+    pg: PgCronStore, records: list[CronRecord], last: dict[uuid.UUID, datetime]
+) -> None:
+    for record in records:
+        found = await pg.get(0, GetCronParams(record.id, A_OWNER))
+        assert found is not None and found.last_success_at == last[record.id]
+
+
 async def test_the_fold_takes_slices_of_its_limit_and_every_cron_gets_its_last_success(
     store: PgStore, shard_dsns: list[str]
 ) -> None:
@@ -648,13 +672,10 @@ async def test_the_fold_takes_slices_of_its_limit_and_every_cron_gets_its_last_s
     # fold_limit rows on. Every slice the watermark moves over holds at
     # most fold_limit + 1 rows, none is folded twice or skipped, and every
     # cron ends with its last success.
-    crons = PgCronStore(store)
-    base = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=30)
-    records = [cron_record(A_OWNER, f"fold-{i}", next_fire_at=base + timedelta(days=1)) for i in range(40)]
-    await crons.create_many(0, records)
-    finishes = [(records[k % 40].id, base + timedelta(milliseconds=2 * k)) for k in range(2_000)]
+    crons, records, finishes = await folded_crons(
+        store, shard_dsns[0], "fold", 40, 2_000, timedelta(milliseconds=2), timedelta(seconds=30)
+    )
     last = dict(finishes)  # each cron's latest
-    finished_history(shard_dsns[0], finishes, owner=A_OWNER, folded_until=base - timedelta(seconds=1))
     sliced = LastSuccessParams(fold_lag_seconds=0, fold_limit=50, fold_budget_seconds=0)
     marks = [fold_watermark(shard_dsns[0])]
     while marks[-1] < max(last.values()) and len(marks) <= 100:
@@ -662,9 +683,7 @@ async def test_the_fold_takes_slices_of_its_limit_and_every_cron_gets_its_last_s
         marks.append(fold_watermark(shard_dsns[0]))
     sizes = [sum(1 for _, f in finishes if a < f <= b) for a, b in itertools.pairwise(marks)]
     assert sum(sizes) == len(finishes) and max(sizes) <= 51 and len(sizes) >= 2_000 // 51, sizes
-    for record in records:
-        found = await crons.get(0, GetCronParams(record.id, A_OWNER))
-        assert found is not None and found.last_success_at == last[record.id]
+    await assert_last_successes(crons, records, last)
 
 
 async def test_a_fold_skips_summarizing_a_partition_a_vacuum_holds_and_still_folds_it(
@@ -675,13 +694,10 @@ async def test_a_fold_skips_summarizing_a_partition_a_vacuum_holds_and_still_fol
     # left to it after lock_timeout (50 ms), not waited for (which would
     # cancel an autovacuum). The fold still reads that partition's rows, as
     # unsummarized ranges, and every cron gets its last success.
-    crons = PgCronStore(store)
-    base = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=60)
-    records = [cron_record(A_OWNER, f"held-{i}", next_fire_at=base + timedelta(days=1)) for i in range(5)]
-    await crons.create_many(0, records)
-    finishes = [(records[k % 5].id, base + timedelta(milliseconds=20 * k)) for k in range(1_000)]
-    last = dict(finishes)
-    finished_history(shard_dsns[0], finishes, owner=A_OWNER, folded_until=base - timedelta(seconds=1))
+    crons, records, finishes = await folded_crons(
+        store, shard_dsns[0], "held", 5, 1_000, timedelta(milliseconds=20), timedelta(seconds=60)
+    )
+    last, base = dict(finishes), finishes[0][1]
     with psycopg.connect(shard_dsns[0]) as holder:
         (part,) = holder.execute(
             "SELECT tableoid::regclass::text FROM job_history WHERE finished_at = %s", (base,)
@@ -693,6 +709,4 @@ async def test_a_fold_skips_summarizing_a_partition_a_vacuum_holds_and_still_fol
         await asyncio.wait_for(crons.last_successes(0, LastSuccessParams(fold_lag_seconds=0)), 30)
         assert time.monotonic() - started < 10
         holder.rollback()
-    for record in records:
-        found = await crons.get(0, GetCronParams(record.id, A_OWNER))
-        assert found is not None and found.last_success_at == last[record.id]
+    await assert_last_successes(crons, records, last)
