@@ -18,11 +18,18 @@ import pytest
 
 import shardmap
 from cluster.cron.plan import cron_slot
-from cluster.model import ClaimedJob, ClaimParams, CronRecord, JobSearchParams, JobStatus
+from cluster.model import (
+    ClaimedJob,
+    ClaimParams,
+    CronRecord,
+    GetCronParams,
+    JobSearchParams,
+    JobStatus,
+)
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
 from cluster.store.sql import QUERIES
-from tests.helpers import finished_history, job_params
+from tests.helpers import cron_record, finished_history, job_params
 
 pytestmark = pytest.mark.integration
 
@@ -259,6 +266,59 @@ async def test_a_fold_reads_a_window_of_the_history_whose_width_follows_its_rows
     )
     examined, kept, more, width = fold_explained(shard_dsns[0], limit=2_000, read=10_000)
     assert kept >= 20_000 and width < widths[-1] / 20, (kept, width, widths[-1])
+
+
+def history_rows_read(dsn: str, name: str, args: dict[str, Any]) -> int:
+    """The history rows a statement read, the functions it calls included:
+    its transaction's own counts of tuples fetched and scanned in the day
+    partitions (pg_stat_xact_user_tables)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(QUERIES[name].encode(), args).fetchall()
+        row = conn.execute(
+            "SELECT coalesce(sum(seq_tup_read + idx_tup_fetch), 0) FROM pg_stat_xact_user_tables"
+            " WHERE relname LIKE 'job\\_history\\_%'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_crons_read_looks_only_at_the_history_after_the_folds_watermark(
+    store: PgStore, shard_dsns: list[str]
+) -> None:
+    # A cron's read (get, by name, a page of the list) puts what finished
+    # after the fold's watermark over its folded last success and result
+    # (cron_recent_success, cron_recent_result). The history's cron index
+    # is by (cron_id, scheduled_for), so the watermark must prune the day
+    # partitions before it at run time: a minutely cron keeps 43,200 runs
+    # in 30 days, and a read must not grow with them. Here 9,000 runs over
+    # the days before yesterday, and one after the watermark. Before
+    # migration 19 each of the two functions read all 9,001.
+    pg = PgCronStore(store)
+    now = datetime.now(UTC).replace(microsecond=0)
+    record = cron_record("svc", "busy", next_fire_at=now + timedelta(days=1))
+    await pg.create_many(0, [record])
+    with psycopg.connect(shard_dsns[0], autocommit=True) as conn:
+        conn.execute(
+            "SELECT vakit_ensure_day_partitions('job_history', (now() AT TIME ZONE 'UTC')::date - 5,"
+            " (now() AT TIME ZONE 'UTC')::date + 1)"
+        )
+    start = now - timedelta(days=4)
+    runs = [(record.id, start + timedelta(seconds=25 * k)) for k in range(9_000)]  # to 1.4 days ago
+    newest = now - timedelta(seconds=30)
+    finished_history(
+        shard_dsns[0], [*runs, (record.id, newest)], folded_until=now - timedelta(minutes=1)
+    )
+    with psycopg.connect(shard_dsns[0], autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE job_history")
+    args = {"id": record.id, "owner": "svc"}
+    after_watermark = history_rows_read(shard_dsns[0], "get_cron", args)
+    found = await pg.get(0, GetCronParams(record.id, "svc"))
+    assert found is not None and found.last_success_at == newest
+    # The same read with nothing folded reads every run, in both functions.
+    with psycopg.connect(shard_dsns[0], autocommit=True) as conn:
+        conn.execute("UPDATE cron_success_fold SET folded_until = '-infinity'")
+    everything = history_rows_read(shard_dsns[0], "get_cron", args)
+    assert after_watermark <= 10 and everything >= 2 * 9_001, (after_watermark, everything)
 
 
 async def test_a_crons_readers_of_the_hot_table_use_its_indexes_in_a_wave(
