@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -89,26 +90,45 @@ def route_ids(count: int, shard_count: int) -> list[list[uuid.UUID]]:
     return out
 
 
-def _copy_shard(dsn: str, ids: list[uuid.UUID], tail: str, table: str) -> int:
+def _copy_shard(dsn: str, ids: list[uuid.UUID], tails: list[str], run: int, table: str) -> int:
     # One transaction per shard: the whole load becomes visible at once, as a
-    # wave that was materialized ahead of time would be.
+    # wave that was materialized ahead of time would be. Row i takes the tail
+    # (the owner) of its run of ``run`` rows, in rotation.
     with psycopg.connect(dsn) as conn:
         with conn.cursor() as cur, cur.copy(query("copy_jobs", table)) as copy:
             for start in range(0, len(ids), _CHUNK):
-                copy.write("".join(f"{i}{tail}" for i in ids[start : start + _CHUNK]))
+                copy.write(
+                    "".join(
+                        f"{v}{tails[(start + k) // run % len(tails)]}"
+                        for k, v in enumerate(ids[start : start + _CHUNK])
+                    )
+                )
         conn.commit()
         conn.execute(query("analyze_table", table))
     return len(ids)
 
 
-def copy_jobs(dsns: list[str], count: int, spec: JobSpec, table: str = "jobs") -> LoadResult:
-    """Insert ``count`` jobs like ``spec`` across the shards; all shards load at once."""
+def copy_jobs(
+    dsns: list[str],
+    count: int,
+    spec: JobSpec,
+    table: str = "jobs",
+    *,
+    owners: Sequence[str] = (),
+    run: int = 1000,
+) -> LoadResult:
+    """Insert ``count`` jobs like ``spec`` across the shards; all shards load
+    at once. With ``owners``, the rows are theirs instead of ``spec.owner``'s,
+    in runs of ``run`` rows a shard in rotation: what concurrent batch
+    requests of several owners leave in a table."""
+    if run < 1:
+        raise ValueError("run must be at least 1")
     started = time.monotonic()
     groups = route_ids(count, len(dsns))
-    tail = spec.line_tail()
+    tails = [replace(spec, owner=o).line_tail() for o in owners] or [spec.line_tail()]
     with ThreadPoolExecutor(max_workers=len(dsns)) as pool:
         futures = [
-            pool.submit(_copy_shard, dsn, ids, tail, table)
+            pool.submit(_copy_shard, dsn, ids, tails, run, table)
             for dsn, ids in zip(dsns, groups, strict=True)
         ]
         per_shard = [f.result() for f in futures]

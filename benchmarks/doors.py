@@ -10,6 +10,14 @@ whose speed drifts (a shared one moves by a third within an hour) moves
 both neighbours with it, so each door run is compared with the mean of the
 two COPY runs around it; the report gives those ratios and their median.
 
+The COPY runs are ``wave --source copy --copy-as-doors``: the same wave
+as the door's (its owners, their rows interleaved as the door's concurrent
+batches leave them) on the same cluster (the API processes running, idle),
+so that the ratio is the door's own cost. A COPY of one owner's rows with
+no API, as before 2026-12-07, is ``--plain-copy``: the history's owner
+indexes then take every insert at their rightmost page, and four owners'
+rows cost about 2.5 more buffer visits a finished job.
+
 Every other option is the wave's, for every run (``--lead`` only for the
 door's runs: a COPYed wave takes the wave's own lead). Writes
 ``report.json`` to ``--out``, each run's own report in a subdirectory, and
@@ -71,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--door", choices=DOORS, default="crons", help="the door to compare with COPY")
     parser.add_argument("--rounds", type=int, default=2, help="runs through the door")
     parser.add_argument("--out", default="bench-out/doors", help="report directory")
+    parser.add_argument(
+        "--plain-copy",
+        action="store_true",
+        help="COPY one owner's rows with no API process (the yardstick before 2026-12-07), "
+        "not the door's owners and cluster",
+    )
     args, rest = parser.parse_known_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -88,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                     opts,
                     source=source,
                     lead=opts.lead if source != "copy" else None,
+                    copy_as_doors=source == "copy" and not args.plain_copy,
                     cluster=replace(opts.cluster, out=out / f"{i}-{source}"),
                 )
                 log.info("run %d of %d: %s", i + 1, len(order), source)
@@ -119,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "door": args.door,
         "rounds": args.rounds,
         "jobs": opts.jobs,
+        "copy": "plain" if args.plain_copy else "as the door's wave and cluster",
         "order": order,
         "runs": runs,
         "drain_vs_copy": ratios,

@@ -7,7 +7,11 @@ time ahead, long enough to make them and for the prefetch window), through
 one of three doors (``--source``):
 
 - ``copy`` (the default): COPY straight into the shards' ``jobs`` table, a
-  side door that measures the workers alone;
+  side door that measures the workers alone: one owner's rows and no API
+  process, unless ``--copy-as-doors`` (the front doors' owners, their rows
+  interleaved as concurrent batches leave them, and the API processes
+  running idle: the wave and the cluster a front door makes, the door
+  itself left out; ``benchmarks.doors`` compares with this);
 - ``api``: the batch create endpoint (``POST /api/v1/jobs:batch``) of the
   API processes started here, several requests in flight;
 - ``crons``: J crons of several owners in several time zones, all next
@@ -103,6 +107,9 @@ class WaveOptions:
     create_batch: int = 1000  # api and crons: items per batch request
     clients: int = 8  # api and crons: requests in flight
     api_procs: int = 1  # api and crons: API processes
+    # copy: --owners owners, rows in runs of a batch per shard, and the API
+    # processes started and idle, as through the front doors.
+    copy_as_doors: bool = False
     zones: tuple[str, ...] = DEFAULT_ZONES  # crons
     # A CHECKPOINT on the shards once the wave's rows exist, before claims
     # open (see _checkpoint_before_claims); --no-checkpoint leaves it out.
@@ -137,8 +144,10 @@ def run(opts: WaveOptions) -> dict[str, Any]:
     out = spec.out
     machine = machine_info()  # before the run: its load average is the noise floor
     # The API doors spread the wave over several owners, as many teams'
-    # services would; COPY writes one owner's rows.
-    owners = [owner] if opts.source == "copy" else [f"{owner}-{k}" for k in range(opts.owners)]
+    # services would; COPY writes one owner's rows unless it stands in for
+    # a front door's wave.
+    as_doors = opts.source != "copy" or opts.copy_as_doors
+    owners = [f"{owner}-{k}" for k in range(opts.owners)] if as_doors else [owner]
     if opts.sign:
         spec.worker_env["VAKIT_SIGNING_SECRETS"] = json.dumps(
             {o: ["whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()] for o in owners}
@@ -148,7 +157,7 @@ def run(opts: WaveOptions) -> dict[str, Any]:
         worker_settings = settings_in_effect(cluster.base_env())
         prefetch = claim_window(worker_settings)
         tokens = {secrets.token_urlsafe(18): o for o in owners}
-        urls = cluster.start_apis(tokens, opts.api_procs) if opts.source != "copy" else []
+        urls = cluster.start_apis(tokens, opts.api_procs) if as_doors else []
         with ProcessSampler(cluster) as sampler, ExitStack() as watching:
             made = _make_wave(opts, cluster, sampler, dsns, target, owners, tokens, urls, prefetch)
             if made.watch is not None:
@@ -253,6 +262,7 @@ def run(opts: WaveOptions) -> dict[str, Any]:
             "lead_seconds": made.lead,
             "due_at": t_due.isoformat(),
             "owners": len(owners),
+            "copy_as_doors": opts.copy_as_doors if opts.source == "copy" else None,
             "api_processes": len(urls),
             "load_seconds": round(made.seconds, 3),
             "load_jobs_per_s": round(made.expected / made.seconds, 1) if made.seconds else None,
@@ -310,7 +320,10 @@ def _make_wave(
         job = JobSpec(
             owner=owners[0], type="bench.wave", run_at=t_due, target=target, payload=payload
         )
-        load = copy_jobs(dsns, opts.jobs, job)
+        # A door's concurrent batches leave each owner's rows in runs of
+        # about a batch, split over the shards.
+        run_rows = max(1, opts.create_batch // len(dsns))
+        load = copy_jobs(dsns, opts.jobs, job, owners=owners, run=run_rows)
         log.info(
             "copy: loaded %d jobs in %.1f s; T in %.1f s",
             load.total,
@@ -505,7 +518,10 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
         "crons: at least this, rounded up to a whole minute",
     )
     parser.add_argument(
-        "--owners", type=int, default=4, help="api/crons: owner services, one API token each"
+        "--owners",
+        type=int,
+        default=4,
+        help="api/crons (and copy with --copy-as-doors): owner services, one API token each",
     )
     parser.add_argument(
         "--create-batch", type=int, default=1000, help="api/crons: items per batch request"
@@ -517,6 +533,12 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
         "--zones",
         default=",".join(DEFAULT_ZONES),
         help="crons: IANA time zones, comma-separated; each zone's crons fire at T's local time",
+    )
+    parser.add_argument(
+        "--copy-as-doors",
+        action="store_true",
+        help="copy: the rows of --owners owners in runs of --create-batch, and the API "
+        "processes running idle, as the api/crons doors make the wave and the cluster",
     )
     parser.add_argument("--payload-bytes", type=int, default=0, help="pad each payload")
     parser.add_argument(
@@ -554,6 +576,7 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
         drain_timeout=args.drain_timeout,
         source=args.source,
         owners=args.owners,
+        copy_as_doors=args.copy_as_doors,
         create_batch=args.create_batch,
         clients=args.clients,
         api_procs=args.api_procs,

@@ -25,6 +25,7 @@ import psycopg
 import pytest
 
 from benchmarks import doors, sustained, wave
+from benchmarks.bulk import JobSpec, copy_jobs
 from benchmarks.cronwave import DEFAULT_ZONES, slot_at_least, zone_schedules
 from benchmarks.harness import BenchCluster, ClusterSpec
 from benchmarks.report import REPORT_KEYS
@@ -201,12 +202,17 @@ def test_doors_runs_the_door_between_two_copy_waves_and_reports_the_ratio(
     assert doors.main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["order"] == ["copy", "api", "copy"]
+    assert report["copy"] == "as the door's wave and cluster"
     # Three waves of their own, each run to the end, each with its report.
     for run, source in zip(report["runs"], report["order"], strict=True):
         assert run["source"] == source
         assert run["drain_jobs_per_s"] > 0 and run["started_within_60s"] == 1.0
         inner = _report(Path(run["out"]))
         assert inner["source"] == source and inner["counts"] == {"SUCCEEDED": 1000}
+        # The COPYed waves are the door's: its two owners' rows, its API
+        # process running beside the workers.
+        assert (inner["settings"]["owners"], inner["settings"]["api_processes"]) == (2, 1)
+        assert inner["settings"]["copy_as_doors"] is (True if source == "copy" else None)
         assert inner["drain_jobs_per_s"] == run["drain_jobs_per_s"]
         assert run["yardstick"] == inner["settings"]["machine"]["yardstick"] is not None
         # ... and the machine's speed while it drained, each round's in its own report.
@@ -313,6 +319,21 @@ def test_floor_measures_both_apps_and_leaves_no_table(bench_dsns: list[str]) -> 
     assert all("server cpu/request:" in line for line in lines)
     with psycopg.connect(bench_dsns[0]) as conn:
         assert conn.execute("SELECT to_regclass('bench_floor')").fetchone() == (None,)
+
+
+def test_copy_gives_several_owners_their_rows_in_runs_as_batches_leave_them(
+    bench_dsns: list[str],
+) -> None:
+    spec = JobSpec(
+        owner="unused", type="t", run_at=datetime.now(UTC) + timedelta(hours=1),
+        target={"kind": "NOOP"},
+    )  # fmt: skip
+    load = copy_jobs(bench_dsns, 60, spec, owners=["a", "b", "c"], run=4)
+    assert load.total == 60
+    for dsn, rows in zip(bench_dsns, load.per_shard, strict=True):
+        with psycopg.connect(dsn) as conn:
+            got = [r[0] for r in conn.execute("SELECT owner_service FROM jobs ORDER BY ctid")]
+        assert got == ["abc"[k // 4 % 3] for k in range(rows)], got
 
 
 @pytest.mark.parametrize(
