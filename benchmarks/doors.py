@@ -12,11 +12,10 @@ two COPY runs around it; the report gives those ratios and their median.
 
 The COPY runs are ``wave --source copy --copy-as-doors``: the same wave
 as the door's (its owners, their rows interleaved as the door's concurrent
-batches leave them) on the same cluster (the API processes running, idle),
-so that the ratio is the door's own cost. A COPY of one owner's rows with
-no API, as before 2026-12-07, is ``--plain-copy``: the history's owner
-indexes then take every insert at their rightmost page, and four owners'
-rows cost about 2.5 more buffer visits a finished job.
+batches leave them) on the same cluster (the API processes running, idle,
+with their background counts), so that the ratio is the door's own cost. A
+COPY of one owner's rows with no API, as before 2026-12-07, is
+``--plain-copy``.
 
 Every other option is the wave's, for every run (``--lead`` only for the
 door's runs: a COPYed wave takes the wave's own lead). Writes
