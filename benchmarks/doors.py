@@ -13,8 +13,10 @@ two COPY runs around it; the report gives those ratios and their median.
 The COPY runs are ``wave --source copy --copy-as-doors``: the same wave
 as the door's (its owners, their rows interleaved as the door's concurrent
 batches leave them) on the same cluster (the API processes running, idle,
-with their background counts), so that the ratio is the door's own cost. A
-COPY of one owner's rows with no API, as before 2026-12-07, is
+with their background counts), so that the ratio is the door's own cost.
+Against ``--door crons`` they are also due at a whole minute, as a crons
+wave is (``--due-on-minute``; ``wave.due_at`` says why). A COPY of one
+owner's rows with no API, due a fixed lead ahead, as before 2026-12-07, is
 ``--plain-copy``.
 
 Every other option is the wave's, for every run (``--lead`` only for the
@@ -38,7 +40,7 @@ from benchmarks import wave
 from benchmarks.harness import setup_logging, terminate_on_sigterm
 from benchmarks.report import summary_line
 
-__all__ = ["door_ratios", "main", "run_order"]
+__all__ = ["door_ratios", "main", "run_options", "run_order"]
 
 log = logging.getLogger("benchmarks.doors")
 
@@ -69,6 +71,24 @@ def _speed(speed: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: v for k, v in speed.items() if k != "rounds_ms"} if speed else None
 
 
+def run_options(
+    opts: wave.WaveOptions, source: str, *, door: str, plain_copy: bool, out: Path
+) -> wave.WaveOptions:
+    """One run's options: the door's with ``--lead``; a COPY run with the
+    wave's own lead, as the door's wave (owners, idle API) unless
+    ``--plain-copy``, and due at a whole minute where the door's wave is
+    (crons; ``wave.due_at`` says why the phase matters)."""
+    as_doors = source == "copy" and not plain_copy
+    return replace(
+        opts,
+        source=source,
+        lead=opts.lead if source != "copy" else None,
+        copy_as_doors=as_doors,
+        due_on_minute=as_doors and door == "crons",
+        cluster=replace(opts.cluster, out=out),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.doors",
@@ -97,13 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with terminate_on_sigterm():
             for i, source in enumerate(order):
-                run_opts = replace(
-                    opts,
-                    source=source,
-                    lead=opts.lead if source != "copy" else None,
-                    copy_as_doors=source == "copy" and not args.plain_copy,
-                    cluster=replace(opts.cluster, out=out / f"{i}-{source}"),
-                )
+                run_opts = run_options(
+                    opts, source, door=args.door, plain_copy=args.plain_copy,
+                    out=out / f"{i}-{source}",
+                )  # fmt: skip
                 log.info("run %d of %d: %s", i + 1, len(order), source)
                 report = wave.run(run_opts)
                 print(summary_line("wave", report), flush=True)

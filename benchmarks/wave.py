@@ -67,7 +67,7 @@ from benchmarks.stats import timeline
 from benchmarks.yardstick import SpeedProbe
 from cluster.worker.preload import LOOKAHEAD_SECONDS
 
-__all__ = ["SOURCES", "WaveOptions", "auto_lead", "claim_window", "main", "run"]
+__all__ = ["SOURCES", "WaveOptions", "auto_lead", "claim_window", "due_at", "main", "run"]
 
 log = logging.getLogger("benchmarks.wave")
 
@@ -110,6 +110,8 @@ class WaveOptions:
     # copy: --owners owners, rows in runs of a batch per shard, and the API
     # processes started and idle, as through the front doors.
     copy_as_doors: bool = False
+    # copy: T at a whole minute, where a crons wave's T always is (due_at).
+    due_on_minute: bool = False
     zones: tuple[str, ...] = DEFAULT_ZONES  # crons
     # A CHECKPOINT on the shards once the wave's rows exist, before claims
     # open (see _checkpoint_before_claims); --no-checkpoint leaves it out.
@@ -119,6 +121,27 @@ class WaveOptions:
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
+
+
+def due_at(now: datetime, lead: float, *, on_minute: bool = False) -> datetime:
+    """T for a wave made ``lead`` seconds from ``now``; with ``on_minute``,
+    the first whole minute at least that far, as a cron's slot is.
+
+    A doors comparison needs both waves at the same phase of the minute.
+    The autovacuum launcher visits a shard's database once a minute, 60 s
+    apart from the server's start, and such a visit (vacuuming the rows a
+    drain has finished) costs the drain it falls in about a second of CPU
+    a million jobs. Each run starts its own servers, so a whole-minute T
+    lands at a random phase of that minute: the visit falls inside the
+    drain in the share of the minute the drain lasts. T a fixed lead after
+    the start lands at one phase in every run: the doors' COPY waves, due
+    33 s after the cluster was up, drained in 18 s on 2026-12-07 and no
+    visit fell inside any of the five, while one fell inside two of three
+    crons drains (``benchmarks/README.md``). By the same arithmetic, a
+    drain of 30 s or more would meet it every time (not measured)."""
+    if on_minute:
+        return slot_at_least(now, lead)
+    return now + timedelta(seconds=lead)
 
 
 def claim_window(worker_settings: dict[str, Any]) -> float:
@@ -263,6 +286,7 @@ def run(opts: WaveOptions) -> dict[str, Any]:
             "due_at": t_due.isoformat(),
             "owners": len(owners),
             "copy_as_doors": opts.copy_as_doors if opts.source == "copy" else None,
+            "due_on_minute": opts.due_on_minute or opts.source == "crons",
             "api_processes": len(urls),
             "load_seconds": round(made.seconds, 3),
             "load_jobs_per_s": round(made.expected / made.seconds, 1) if made.seconds else None,
@@ -315,8 +339,13 @@ def _make_wave(
 ) -> _Made:
     payload = {"pad": "x" * opts.payload_bytes} if opts.payload_bytes else {}
     if opts.source == "copy":
-        lead = opts.lead if opts.lead is not None else auto_lead(opts.jobs, prefetch)
-        t_due = datetime.now(UTC) + timedelta(seconds=lead)
+        now = datetime.now(UTC)
+        t_due = due_at(
+            now,
+            opts.lead if opts.lead is not None else auto_lead(opts.jobs, prefetch),
+            on_minute=opts.due_on_minute,
+        )
+        lead = round((t_due - now).total_seconds(), 1)
         job = JobSpec(
             owner=owners[0], type="bench.wave", run_at=t_due, target=target, payload=payload
         )
@@ -371,7 +400,7 @@ def _make_wave(
         min_lead = (
             opts.lead if opts.lead is not None else _cron_lead(opts.jobs, prefetch, create_guess)
         )
-        t_due = slot_at_least(now, min_lead)
+        t_due = due_at(now, min_lead, on_minute=True)
         lead = round((t_due - now).total_seconds(), 1)
         schedules = zone_schedules(t_due, opts.zones, now)
         tag = secrets.token_hex(4)
@@ -540,6 +569,12 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
         help="copy: the rows of --owners owners in runs of --create-batch, and the API "
         "processes running idle, as the api/crons doors make the wave and the cluster",
     )
+    parser.add_argument(
+        "--due-on-minute",
+        action="store_true",
+        help="copy: T at the first whole minute at least --lead ahead, as a crons wave's "
+        "(the doors' COPY runs for --door crons)",
+    )
     parser.add_argument("--payload-bytes", type=int, default=0, help="pad each payload")
     parser.add_argument(
         "--sign",
@@ -577,6 +612,7 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
         source=args.source,
         owners=args.owners,
         copy_as_doors=args.copy_as_doors,
+        due_on_minute=args.due_on_minute,
         create_batch=args.create_batch,
         clients=args.clients,
         api_procs=args.api_procs,

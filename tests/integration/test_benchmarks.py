@@ -213,6 +213,8 @@ def test_doors_runs_the_door_between_two_copy_waves_and_reports_the_ratio(
         # process running beside the workers.
         assert (inner["settings"]["owners"], inner["settings"]["api_processes"]) == (2, 1)
         assert inner["settings"]["copy_as_doors"] is (True if source == "copy" else None)
+        # The batch API's wave is due a lead ahead, not on a minute: so is its COPY.
+        assert inner["settings"]["due_on_minute"] is False
         assert inner["drain_jobs_per_s"] == run["drain_jobs_per_s"]
         assert run["yardstick"] == inner["settings"]["machine"]["yardstick"] is not None
         # ... and the machine's speed while it drained, each round's in its own report.

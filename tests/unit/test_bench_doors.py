@@ -1,10 +1,15 @@
-"""benchmarks.doors: the order of its runs and the ratios it reports."""
+"""benchmarks.doors: the order of its runs, their options and the ratios it reports."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
 import pytest
 
-from benchmarks.doors import door_ratios, run_order
+from benchmarks.doors import door_ratios, run_options, run_order
+from benchmarks.harness import ClusterSpec
+from benchmarks.wave import WaveOptions, due_at
 
 
 def test_every_door_run_sits_between_two_copy_runs() -> None:
@@ -23,3 +28,27 @@ def test_a_run_that_drained_nothing_has_no_ratio_and_spoils_no_other() -> None:
     drains = [("copy", None), ("crons", 20_000.0), ("copy", 25_000.0), ("crons", None),
               ("copy", 25_000.0)]  # fmt: skip
     assert door_ratios(drains) == [pytest.approx(0.8), None]
+
+
+def test_copy_runs_carry_the_doors_wave_and_against_crons_its_whole_minute(tmp_path: Path) -> None:
+    opts = WaveOptions(cluster=ClusterSpec(out=tmp_path), lead=480.0)
+    door = run_options(opts, "crons", door="crons", plain_copy=False, out=tmp_path / "1")
+    assert (door.source, door.lead, door.copy_as_doors, door.due_on_minute) == (
+        "crons", 480.0, False, False)  # fmt: skip
+    assert door.cluster.out == tmp_path / "1"
+    copy = run_options(opts, "copy", door="crons", plain_copy=False, out=tmp_path / "0")
+    # The COPY takes its own lead, and lands on a whole minute as the crons wave does.
+    assert (copy.lead, copy.copy_as_doors, copy.due_on_minute) == (None, True, True)
+    # The batch API's wave is due a lead ahead, not on a minute: so is its COPY.
+    api_copy = run_options(opts, "copy", door="api", plain_copy=False, out=tmp_path / "0")
+    assert (api_copy.copy_as_doors, api_copy.due_on_minute) == (True, False)
+    plain = run_options(opts, "copy", door="crons", plain_copy=True, out=tmp_path / "0")
+    assert (plain.copy_as_doors, plain.due_on_minute) == (False, False)
+
+
+def test_a_wave_due_on_the_minute_waits_for_the_first_whole_minute_past_its_lead() -> None:
+    now = datetime(2026, 12, 7, 6, 27, 9, 250_000, tzinfo=UTC)
+    assert due_at(now, 33.0) == now + timedelta(seconds=33)
+    assert due_at(now, 33.0, on_minute=True) == datetime(2026, 12, 7, 6, 28, tzinfo=UTC)
+    assert due_at(now, 50.75, on_minute=True) == datetime(2026, 12, 7, 6, 28, tzinfo=UTC)
+    assert due_at(now, 50.76, on_minute=True) == datetime(2026, 12, 7, 6, 29, tzinfo=UTC)
