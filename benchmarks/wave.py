@@ -110,7 +110,7 @@ class WaveOptions:
     # copy: --owners owners, rows in runs of a batch per shard, and the API
     # processes started and idle, as through the front doors.
     copy_as_doors: bool = False
-    # copy: T at a whole minute, where a crons wave's T always is (due_at).
+    # copy and api: T at a whole minute, where a crons wave's always is (due_at).
     due_on_minute: bool = False
     zones: tuple[str, ...] = DEFAULT_ZONES  # crons
     # A CHECKPOINT on the shards once the wave's rows exist, before claims
@@ -372,8 +372,13 @@ def _make_wave(
         "create_clients": opts.clients,
     }
     if opts.source == "api":
-        lead = opts.lead if opts.lead is not None else _api_lead(opts.jobs, prefetch, create_guess)
-        t_due = datetime.now(UTC) + timedelta(seconds=lead)
+        now = datetime.now(UTC)
+        t_due = due_at(
+            now,
+            opts.lead if opts.lead is not None else _api_lead(opts.jobs, prefetch, create_guess),
+            on_minute=opts.due_on_minute,
+        )
+        lead = round((t_due - now).total_seconds(), 1)
         run_at = t_due.isoformat()
         tag = secrets.token_hex(4)
 
@@ -572,8 +577,8 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
     parser.add_argument(
         "--due-on-minute",
         action="store_true",
-        help="copy: T at the first whole minute at least --lead ahead, as a crons wave's "
-        "(the doors' COPY runs for --door crons)",
+        help="copy/api: T at the first whole minute at least the lead ahead, as a crons "
+        "wave's always is (the doors' COPY runs for --door crons)",
     )
     parser.add_argument("--payload-bytes", type=int, default=0, help="pad each payload")
     parser.add_argument(
