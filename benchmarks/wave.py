@@ -67,7 +67,16 @@ from benchmarks.stats import timeline
 from benchmarks.yardstick import SpeedProbe
 from cluster.worker.preload import LOOKAHEAD_SECONDS
 
-__all__ = ["SOURCES", "WaveOptions", "auto_lead", "claim_window", "due_at", "main", "run"]
+__all__ = [
+    "SOURCES",
+    "WaveOptions",
+    "auto_lead",
+    "claim_window",
+    "due_at",
+    "main",
+    "run",
+    "schedule_wave",
+]
 
 log = logging.getLogger("benchmarks.wave")
 
@@ -122,6 +131,12 @@ class WaveOptions:
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
 
+    @property
+    def on_minute(self) -> bool:
+        """Whether T falls on a whole minute: always for crons (a schedule
+        names no finer instant), for the other doors when asked."""
+        return self.due_on_minute or self.source == "crons"
+
 
 def due_at(now: datetime, lead: float, *, on_minute: bool = False) -> datetime:
     """T for a wave made ``lead`` seconds from ``now``; with ``on_minute``,
@@ -142,6 +157,15 @@ def due_at(now: datetime, lead: float, *, on_minute: bool = False) -> datetime:
     if on_minute:
         return slot_at_least(now, lead)
     return now + timedelta(seconds=lead)
+
+
+def schedule_wave(opts: WaveOptions, default_lead: float) -> tuple[datetime, datetime, float]:
+    """Now, T and the lead between them (0.1 s): ``--lead``, or the
+    source's ``default_lead``, from now, on a whole minute where
+    :attr:`WaveOptions.on_minute` says so."""
+    now = datetime.now(UTC)
+    t_due = due_at(now, opts.lead if opts.lead is not None else default_lead, on_minute=opts.on_minute)
+    return now, t_due, round((t_due - now).total_seconds(), 1)
 
 
 def claim_window(worker_settings: dict[str, Any]) -> float:
@@ -286,7 +310,7 @@ def run(opts: WaveOptions) -> dict[str, Any]:
             "due_at": t_due.isoformat(),
             "owners": len(owners),
             "copy_as_doors": opts.copy_as_doors if opts.source == "copy" else None,
-            "due_on_minute": opts.due_on_minute or opts.source == "crons",
+            "due_on_minute": opts.on_minute,
             "api_processes": len(urls),
             "load_seconds": round(made.seconds, 3),
             "load_jobs_per_s": round(made.expected / made.seconds, 1) if made.seconds else None,
@@ -339,13 +363,7 @@ def _make_wave(
 ) -> _Made:
     payload = {"pad": "x" * opts.payload_bytes} if opts.payload_bytes else {}
     if opts.source == "copy":
-        now = datetime.now(UTC)
-        t_due = due_at(
-            now,
-            opts.lead if opts.lead is not None else auto_lead(opts.jobs, prefetch),
-            on_minute=opts.due_on_minute,
-        )
-        lead = round((t_due - now).total_seconds(), 1)
+        _, t_due, lead = schedule_wave(opts, auto_lead(opts.jobs, prefetch))
         job = JobSpec(
             owner=owners[0], type="bench.wave", run_at=t_due, target=target, payload=payload
         )
@@ -372,13 +390,7 @@ def _make_wave(
         "create_clients": opts.clients,
     }
     if opts.source == "api":
-        now = datetime.now(UTC)
-        t_due = due_at(
-            now,
-            opts.lead if opts.lead is not None else _api_lead(opts.jobs, prefetch, create_guess),
-            on_minute=opts.due_on_minute,
-        )
-        lead = round((t_due - now).total_seconds(), 1)
+        _, t_due, lead = schedule_wave(opts, _api_lead(opts.jobs, prefetch, create_guess))
         run_at = t_due.isoformat()
         tag = secrets.token_hex(4)
 
@@ -401,12 +413,7 @@ def _make_wave(
             (token, counts[k], job_factory(k)) for k, token in enumerate(token_list)
         ]
     else:
-        now = datetime.now(UTC)
-        min_lead = (
-            opts.lead if opts.lead is not None else _cron_lead(opts.jobs, prefetch, create_guess)
-        )
-        t_due = due_at(now, min_lead, on_minute=True)
-        lead = round((t_due - now).total_seconds(), 1)
+        now, t_due, lead = schedule_wave(opts, _cron_lead(opts.jobs, prefetch, create_guess))
         schedules = zone_schedules(t_due, opts.zones, now)
         tag = secrets.token_hex(4)
         sources = [

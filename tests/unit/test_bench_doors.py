@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from benchmarks.doors import door_ratios, run_options, run_order
 from benchmarks.harness import ClusterSpec
-from benchmarks.wave import WaveOptions, due_at
+from benchmarks.wave import WaveOptions, due_at, parse_args, schedule_wave
 
 
 def test_every_door_run_sits_between_two_copy_runs() -> None:
@@ -50,5 +51,25 @@ def test_a_wave_due_on_the_minute_waits_for_the_first_whole_minute_past_its_lead
     now = datetime(2026, 12, 7, 6, 27, 9, 250_000, tzinfo=UTC)
     assert due_at(now, 33.0) == now + timedelta(seconds=33)
     assert due_at(now, 33.0, on_minute=True) == datetime(2026, 12, 7, 6, 28, tzinfo=UTC)
-    assert due_at(now, 50.75, on_minute=True) == datetime(2026, 12, 7, 6, 28, tzinfo=UTC)
-    assert due_at(now, 50.76, on_minute=True) == datetime(2026, 12, 7, 6, 29, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("source", "flag", "on_minute"),
+    [("copy", False, False), ("copy", True, True), ("api", False, False), ("api", True, True),
+     ("crons", False, True)],
+)  # fmt: skip
+def test_every_door_schedules_its_wave_by_the_flag_and_crons_always_on_the_minute(
+    tmp_path: Path, source: str, flag: bool, on_minute: bool
+) -> None:
+    opts, _ = parse_args(["--source", source, "--lead", "30", "--out", str(tmp_path)]
+                         + (["--due-on-minute"] if flag else []))  # fmt: skip
+    assert opts.on_minute is on_minute
+    now, t_due, lead = schedule_wave(opts, default_lead=999.0)  # --lead wins
+    assert lead == round((t_due - now).total_seconds(), 1)
+    if on_minute:
+        assert (t_due.second, t_due.microsecond) == (0, 0) and 30 <= lead < 90
+    else:
+        assert t_due == now + timedelta(seconds=30)
+    # Without --lead, the source's own lead.
+    _, _, lead = schedule_wave(replace(opts, lead=None), default_lead=120.0)
+    assert 120 <= lead < 180 if on_minute else lead == 120.0
