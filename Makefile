@@ -2,7 +2,7 @@
 # Both install what is missing (OS packages included) before they start.
 #
 # Python packages come from uv.lock, exactly: `uv sync --locked` installs the
-# locked versions (every extra and the test and lint groups) into .venv and
+# locked versions (every extra and the test, lint and docs groups) into .venv and
 # refuses to run when pyproject.toml has changed and the lock has not.
 # After adding or changing a dependency in pyproject.toml, run ONE command:
 #
@@ -21,7 +21,7 @@ UV := $(UV_HOME)/bin/uv
 PG_BIN := /usr/lib/postgresql/15/bin
 ZK_JAR := /usr/share/java/zookeeper.jar
 
-.PHONY: run test setup lock os-deps lint typecheck unit integration faults bench clean
+.PHONY: run test setup lock os-deps lint typecheck unit integration faults bench docs clean
 
 setup: os-deps $(STAMP)
 
@@ -71,5 +71,10 @@ test: setup lint
 bench: setup
 	$(BIN)/python -m benchmarks.wave
 
+# The documentation site (mkdocs.yml) into site/; --strict: a broken link
+# between pages fails the build (tests/unit/test_docs.py builds it too).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) $(UV_HOME) .vakit bench-out
+	rm -rf $(VENV) $(UV_HOME) .vakit bench-out site

@@ -4,7 +4,7 @@ aims it at a deployment: jobs created through the API (``--api-url``,
 back from the cluster's own metrics: the workers' ``/metrics``, or a real
 Prometheus scraping them (``--prometheus-url``).
 
-Figures are not asserted (they belong in benchmarks/README.md); what is: every
+Figures are not asserted (they belong in the results log, docs/results/); what is: every
 job was created once and fired, both lateness readings count the run's jobs,
 the progress lines were printed without ``-v``, and the report is versioned.
 """

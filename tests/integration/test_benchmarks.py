@@ -8,7 +8,7 @@ Checked: the report has every key, every job asked for exists and ended
 SUCCEEDED exactly once (one job per item, one attempt each, one occurrence
 per cron) according to the database, the report says which door and which
 database settings were used, and the plot was drawn. Nothing here asserts a
-speed: this machine's figures are in benchmarks/README.md.
+speed: this machine's figures are in the results log, docs/results/.
 """
 
 from __future__ import annotations

@@ -181,7 +181,8 @@ async def fire_as(target: HttpTarget, url: str, owner: str | None, **target_extr
 
 
 def verified(receiver: Receiver, index: int, secret: str) -> bool:
-    """What a receiver does with a firing: verify it, as the README shows."""
+    """What a receiver does with a firing: verify it, as the docs show
+    (docs/tenancy-and-security.md, *Signed firings*)."""
     _, headers, _ = receiver.requests[index]
     return webhook_signatures_valid(
         secret,
@@ -263,8 +264,9 @@ async def test_firing_honours_the_owners_grants(receiver: Receiver) -> None:
 
 
 def readme_verify() -> Any:
-    """The receiver's check exactly as the README shows it."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    """The receiver's check exactly as the docs show it (it moved there from
+    the README): docs/tenancy-and-security.md, *Signed firings*."""
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "tenancy-and-security.md").read_text()
     [snippet] = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "def verify(" in b]
     scope: dict[str, Any] = {}
     exec(snippet, scope)

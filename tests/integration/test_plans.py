@@ -3,7 +3,8 @@
 Fenced writes must find each job by primary key. Written as
 ``status = 'RUNNING'``, the planner once chose the partial lease index and,
 with statistics taken while most rows were SCHEDULED, scanned every running
-row per outcome: 98 % of a wave's database time (benchmarks/README.md).
+row per outcome: 98 % of a wave's database time (docs/results/2026-12-07-benchmarks.md,
+"What limits the drain rate").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 history, times the store call, EXPLAINs the statement the store runs for
 status=FAILED, and gets every page it times through the API (a drifted
 argument list once crashed it after the load; the figures go to the
-README, never into a test)."""
+docs, docs/api.md, never into a test)."""
 
 from __future__ import annotations
 
