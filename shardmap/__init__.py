@@ -29,17 +29,21 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from shardmap.slotmap import SLOTS, Move, SlotMap, plan_moves
+
 __all__ = [
     "SLOTS",
+    "Move",
     "ShardMap",
+    "SlotMap",
     "decode_id",
     "encode_id",
     "key_slot",
     "new_uuid",
+    "plan_moves",
     "slot_of",
 ]
 
-SLOTS = 4096
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _DECODE = {c: i for i, c in enumerate(_ALPHABET)}
 # Two characters per 10 bits: 13 table lookups encode an id.
