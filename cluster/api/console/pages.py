@@ -28,7 +28,6 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from pydantic import ValidationError
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from cluster.api import ops as ops_routes
 from cluster.api.console.session import (
     Session,
     act_for,
@@ -44,11 +43,14 @@ from cluster.api.crons import cron_out, preview_out, runs_out
 from cluster.api.job_actions import page_out, search_params
 from cluster.api.jobs import job_out
 from cluster.api.operator_schemas import BackfillIn, LatenessMinuteOut
+from cluster.api.ops import lateness_out
 from cluster.api.problems import kind_of
 from cluster.api.schemas import PatchJobIn, parse_rfc3339
 from cluster.clock import utc
+from cluster.coordination.report import cluster_status
 from cluster.errors import Forbidden, InvalidRequest, Unauthorized, VakitError
 from cluster.services import cron_actions, crons, job_actions, jobs
+from cluster.services.insight import start_lateness
 
 __all__ = ["STATIC_DIR", "docs_page", "router", "seconds_text"]
 
@@ -522,9 +524,9 @@ async def cluster_page(request: Request) -> Response:
     session: Session | None = None
     try:
         session = session_of(ctx, request)
-        operator = ctx.operator_for(session.authorization)
-        report = await ops_routes.cluster_view(ctx, operator)
-        lateness = await ops_routes.cluster_lateness(ctx, operator, minutes=LATENESS_MINUTES)
+        ctx.operator_for(session.authorization)  # 401, or 403 for a tenant's token
+        report = await cluster_status(ctx.store, ctx.view, coordinated=ctx.view_factory is not None)
+        lateness = lateness_out(await start_lateness(ctx, LATENESS_MINUTES), LATENESS_MINUTES)
     except VakitError as exc:
         return _error(request, exc, session)
     backlogs = [s.get("backlog") or 0 for s in report["shards"]]
