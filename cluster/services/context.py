@@ -21,16 +21,25 @@ __all__ = ["Services"]
 
 
 class Services(Protocol):
-    settings: Settings
-    store: Store
-    crons: CronStore
-    clock: Clock
-    shards: shardmap.ShardMap
-    # A job due later than now + this is created in the far table.
-    far_horizon: timedelta
-    limits: OwnerLimits
-    # (owner, Idempotency-Key) of the keyed creates this process is serving.
-    keys_in_flight: set[tuple[str, str]]
+    # Read-only to the services (properties: any subtype will do).
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def crons(self) -> CronStore: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def shards(self) -> shardmap.ShardMap: ...
+    @property
+    def far_horizon(self) -> timedelta:
+        """A job due later than now + this is created in the far table."""
+    @property
+    def limits(self) -> OwnerLimits: ...
+    @property
+    def keys_in_flight(self) -> set[tuple[str, str]]:
+        """(owner, Idempotency-Key) of the keyed creates this process is serving."""
 
     def check_target(self, target: dict[str, Any], owner: str) -> None:
         """Refuse (422) a target the deployment refuses or does not grant ``owner``."""
