@@ -34,23 +34,20 @@ from cluster.api.schemas import (
     JobOut,
     PatchJobIn,
     ValidBatchCreateJobsIn,
-    fingerprint,
     parse_rfc3339,
-    target_dict,
 )
 from cluster.clock import utc
 from cluster.errors import VakitError
 from cluster.model import CreateResult, JobRecord
 from cluster.services import jobs as job_service
-from cluster.services.jobs import NewJob, job_id_text, parse_job_id
+from cluster.services.jobs import job_id_text, parse_job_id
 
 __all__ = [
     "BATCH_PATH", "CREATE_PATH", "create_batch_fast", "create_fast", "job_id_text", "job_out",
-    "new_job", "parse_job_id", "router",
+    "parse_job_id", "router",
 ]  # fmt: skip
 
 router = APIRouter(tags=["jobs"])
-_BATCH_KEY_FIELD = {"idempotencyKey"}
 
 
 def _untraced(target: dict[str, Any]) -> dict[str, Any]:
@@ -94,20 +91,6 @@ def job_out(job: JobRecord, shard: int) -> JobOut:
     )
 
 
-def new_job(body: CreateJobIn, key: str | None, digest: str | None) -> NewJob:
-    """The service's job from a create's body (and its key and digest)."""
-    return NewJob(
-        type=body.type,
-        run_at=body.run_at(),
-        target=target_dict(body.target),
-        payload=body.payload,
-        max_attempts=body.maxAttempts,
-        timeout_seconds=body.timeoutSeconds,
-        idempotency_key=key,
-        fingerprint=digest,
-    )
-
-
 async def create_job(
     body: CreateJobIn,
     ctx: Ctx,
@@ -122,8 +105,7 @@ async def create_job(
 async def _create_one(
     ctx: ApiContext, owner: str, body: CreateJobIn, idempotency_key: str | None
 ) -> Response:
-    digest = fingerprint(body) if idempotency_key is not None else None
-    result = await job_service.create_job(ctx, owner, new_job(body, idempotency_key, digest))
+    result = await job_service.create_job(ctx, owner, body, idempotency_key)
     out = {"jobId": job_id_text(result.job.id), "status": result.job.status.value}
     if result.created:
         return json_response(out, 201)
@@ -258,16 +240,12 @@ async def create_batch_fast(ctx: ApiContext, scope: Scope, body: bytes) -> Respo
 async def _create_batch(ctx: ApiContext, owner: str, items: list[Any]) -> Response:
     where = BATCH_PATH
     results: Results = [None] * len(items)
-    valid: list[tuple[int, NewJob]] = []
+    valid: list[tuple[int, BatchJobIn]] = []
     for index, raw in enumerate(items):
         try:
-            item = raw if type(raw) is BatchJobIn else BatchJobIn.model_validate(raw)
+            valid.append((index, raw if type(raw) is BatchJobIn else BatchJobIn.model_validate(raw)))
         except ValidationError as exc:
             results[index] = item_failure(index, exc, where)
-            continue
-        key = item.idempotencyKey
-        digest = fingerprint(item, exclude=_BATCH_KEY_FIELD) if key is not None else None
-        valid.append((index, new_job(item, key, digest)))
     outcomes = await job_service.create_jobs(ctx, owner, valid)
 
     def created(index: int, outcome: CreateResult) -> dict[str, Any]:

@@ -8,9 +8,7 @@ checked here so that bad input is a 4xx that changes nothing.
 
 from __future__ import annotations
 
-import hashlib
-from datetime import UTC, datetime
-from functools import lru_cache
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import (
@@ -22,7 +20,6 @@ from pydantic import (
     field_validator,
 )
 
-from cluster.model.jsontext import canonical_json
 from cluster.services.documents import (
     EARLIEST,
     LATEST,
@@ -36,6 +33,7 @@ from cluster.services.documents import (
     target_dict,
 )
 from cluster.services.documents import Strict as _Strict
+from cluster.services.job_document import BatchJobIn, CreateJobIn, fingerprint, utc_instant
 
 __all__ = [
     "EARLIEST",
@@ -64,33 +62,7 @@ __all__ = [
 ]
 
 
-@lru_cache(maxsize=1024)
-def _utc_instant(value: str) -> datetime:
-    """A runAt the validator accepted, in UTC: a batch's jobs usually share
-    one, and a single create's repeat (a retry) has the same."""
-    return parse_rfc3339(value, "runAt").astimezone(UTC)
-
-
 UtcDatetime = Annotated[datetime, PlainSerializer(format_utc, return_type=str)]
-
-
-class CreateJobIn(_Strict):
-    type: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
-    runAt: Rfc3339
-    target: TargetIn
-    payload: Any = None
-    maxAttempts: int = Field(5, ge=1, le=100)
-    timeoutSeconds: int = Field(60, ge=1, le=86400)
-
-    @field_validator("runAt")
-    @classmethod
-    def _run_at(cls, value: str) -> str:
-        _utc_instant(value)  # parsed once: the handler's run_at() is a cache hit
-        return value
-
-    def run_at(self) -> datetime:
-        """``runAt`` as an instant in UTC."""
-        return _utc_instant(self.runAt)
 
 
 class PatchJobIn(_Strict):
@@ -99,7 +71,7 @@ class PatchJobIn(_Strict):
     @field_validator("runAt")
     @classmethod
     def _run_at(cls, value: str) -> str:
-        _utc_instant(value)  # parsed once: the handler's run_at() is a cache hit
+        utc_instant(value)  # parsed once: the handler's run_at() is a cache hit
         return value
 
 
@@ -141,47 +113,9 @@ class JobOut(BaseModel):
     pauseReason: str | None = None
 
 
-def fingerprint(body: BaseModel, exclude: set[str] | None = None) -> str:
-    """A stable digest of a request, to tell a repeat from a reuse of a key.
-
-    ``runAt`` counts as the instant it names, not its spelling: ``…09:30:00Z``
-    and ``…12:30:00+03:00`` are one request. The instant is written as UTC
-    with ``Z`` and no zero fraction, which is how most clients spell it, so
-    the digests of such requests are the ones stored before this rule; a key
-    first used with another spelling before it answers a repeat with 409.
-    The digest is stored with the key, so its recipe must not change again:
-    a repeat sent after an upgrade must still match the first request."""
-    # model_dump's own serializer, called without the wrapper's dozen keyword
-    # arguments (1.5 against 2.1 us an item of a keyed batch); the same dict.
-    data = body.__pydantic_serializer__.to_python(body, mode="json", exclude=exclude)
-    run_at = data.get("runAt")
-    if isinstance(run_at, str):
-        data["runAt"] = _instant_text(run_at)
-    return hashlib.sha256(canonical_json(data)).hexdigest()
-
-
-@lru_cache(maxsize=1024)
-def _instant_text(run_at: str) -> str:
-    """``runAt`` as the fingerprint writes it. Cached as its parse is: the
-    items of a batch often share their instant, and this was a fifth of a
-    keyed item's fingerprint."""
-    return parse_rfc3339(run_at, "runAt").astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 # -- batch create -----------------------------------------------------------
 
 MAX_BATCH = 1000
-
-
-class BatchJobIn(CreateJobIn):
-    """One job of a batch: a single create's body, and its own key."""
-
-    idempotencyKey: str | None = Field(
-        None,
-        min_length=1,
-        max_length=200,
-        description="As the Idempotency-Key header of a single create, per job.",
-    )
 
 
 # Items are validated one by one in the handler, so that one bad job gets its

@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
 
 import shardmap
 from cluster import logs, tracing
@@ -34,9 +33,10 @@ from cluster.model import (
 )
 from cluster.services.batches import write_by_shard
 from cluster.services.context import Services
+from cluster.services.documents import target_dict
+from cluster.services.job_document import BatchJobIn, CreateJobIn, fingerprint
 
 __all__ = [
-    "NewJob",
     "cancel_job",
     "create_job",
     "create_jobs",
@@ -47,21 +47,6 @@ __all__ = [
     "prepare",
     "reschedule_job",
 ]
-
-
-class NewJob(NamedTuple):
-    """A job as its owner asks for it (a create's body, translated)."""
-
-    type: str
-    run_at: datetime
-    target: dict[str, Any]
-    payload: Any
-    max_attempts: int
-    timeout_seconds: int
-    idempotency_key: str | None = None
-    # A digest of the request, stored with its key: a repeat with another
-    # body is a reuse of the key (409), not a repeat.
-    fingerprint: str | None = None
 
 
 def job_id_text(value: uuid.UUID) -> str:
@@ -84,44 +69,57 @@ def far_after(ctx: Services) -> datetime:
     return ctx.clock.now() + ctx.far_horizon
 
 
-def prepare(ctx: Services, owner: str, job: NewJob, far_edge: datetime) -> CreateJobParams:
+# A batch item's key is its own: the digest is of the rest of it.
+_BATCH_KEY_FIELD = {"idempotencyKey"}
+
+
+def prepare(
+    ctx: Services,
+    owner: str,
+    body: CreateJobIn,
+    key: str | None,
+    far_edge: datetime,
+    digest: str | None,
+) -> CreateJobParams:
     """The checks a body's schema cannot make (target policy, payload size),
     and the job's parameters; a job due after ``far_edge`` goes to the far
     table. A keyed job's id carries its key's slot, so a repeat finds the
     first on the same shard; a keyless one's slot is random
     (:func:`_create_anywhere` draws another for another shard)."""
-    target = job.target
+    target = target_dict(body.target)
     ctx.check_target(target, owner)
     if tracing.ENABLED:
         # The create's trace continues at the firing (cluster/tracing.py).
         parent = tracing.current_traceparent()
         if parent:
             target["traceparent"] = parent
-    ctx.check_payload(job.payload)
-    key = job.idempotency_key
+    ctx.check_payload(body.payload)
+    run_at = body.run_at()
     return CreateJobParams(
         id=shardmap.new_uuid(shardmap.key_slot(owner, key) if key is not None else None),
         owner=owner,
-        type=job.type,
-        run_at=job.run_at,
-        scheduled_for=job.run_at,
+        type=body.type,
+        run_at=run_at,
+        scheduled_for=run_at,
         target=target,
-        payload=job.payload,
-        max_attempts=job.max_attempts,
-        timeout_seconds=job.timeout_seconds,
+        payload=body.payload,
+        max_attempts=body.maxAttempts,
+        timeout_seconds=body.timeoutSeconds,
         idempotency_key=key,
-        fingerprint=job.fingerprint,
-        far=job.run_at > far_edge,
+        fingerprint=digest,
+        far=run_at > far_edge,
     )
 
 
-async def create_job(ctx: Services, owner: str, job: NewJob) -> CreateResult:
+async def create_job(
+    ctx: Services, owner: str, body: CreateJobIn, key: str | None
+) -> CreateResult:
     """Schedule a one-shot job. A repeat with the same Idempotency-Key
-    returns the first job (``created`` False) and creates nothing."""
-    key = job.idempotency_key
+    ``key`` returns the first job (``created`` False) and creates nothing."""
     if key is not None and not 1 <= len(key) <= 200:
         raise InvalidRequest("Idempotency-Key must be 1 to 200 characters")
-    params = prepare(ctx, owner, job, far_after(ctx))
+    digest = fingerprint(body) if key is not None else None
+    params = prepare(ctx, owner, body, key, far_after(ctx), digest)
     ctx.limits.admit_jobs(owner)
     if key is None:
         result = await _create_anywhere(ctx, params)
@@ -185,9 +183,9 @@ async def _create_anywhere(ctx: Services, params: CreateJobParams) -> CreateResu
 
 
 async def create_jobs(
-    ctx: Services, owner: str, jobs: Sequence[tuple[int, NewJob]]
+    ctx: Services, owner: str, jobs: Sequence[tuple[int, BatchJobIn]]
 ) -> dict[int, CreateResult | Exception]:
-    """Schedule many jobs (``(index, job)`` pairs), each with its own
+    """Schedule many jobs (``(index, item)`` pairs), each with its own key and its own
     outcome by index, written with one statement per shard. Never
     all-or-nothing, except for the owner's limits: the whole batch is
     within them or none of it is written (a 429 the client can retry as it
@@ -196,9 +194,11 @@ async def create_jobs(
     far_edge = far_after(ctx)
     outcomes: dict[int, CreateResult | Exception] = {}
     by_shard: dict[int, list[tuple[int, CreateJobParams]]] = {}
-    for index, job in jobs:
+    for index, item in jobs:
+        key = item.idempotencyKey
         try:
-            params = prepare(ctx, owner, job, far_edge)
+            digest = fingerprint(item, exclude=_BATCH_KEY_FIELD) if key is not None else None
+            params = prepare(ctx, owner, item, key, far_edge, digest)
         except VakitError as exc:
             outcomes[index] = exc
             continue

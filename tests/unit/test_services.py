@@ -18,7 +18,8 @@ from cluster.errors import InvalidRequest, PayloadTooLarge, ShardUnavailable
 from cluster.model import CreateJobParams, CreateResult, CronDefinition, GetJobParams
 from cluster.services import crons, jobs
 from cluster.services.cron_document import CreateCronIn, definition_of, document_of
-from cluster.services.jobs import NewJob
+from cluster.services.documents import format_utc
+from cluster.services.job_document import BatchJobIn
 from cluster.services.quotas import OwnerLimits
 from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
@@ -63,13 +64,13 @@ class LocalServices:
             raise PayloadTooLarge("too large", size=0, limit=0, field="payload")
 
 
-def new_job(run_at: datetime, **over: Any) -> NewJob:
+def new_job(run_at: datetime, **over: Any) -> BatchJobIn:
     values: dict[str, Any] = {
-        "type": "t", "run_at": run_at, "target": {"kind": "NOOP"}, "payload": {"n": 1},
-        "max_attempts": 3, "timeout_seconds": 30,
+        "type": "t", "runAt": format_utc(run_at), "target": {"kind": "NOOP"},
+        "payload": {"n": 1},
     }  # fmt: skip
     values.update(over)
-    return NewJob(**values)
+    return BatchJobIn.model_validate(values)
 
 
 @pytest.fixture
@@ -80,8 +81,8 @@ def ctx() -> LocalServices:
 def test_the_near_far_edge_is_the_clock_plus_the_horizon(ctx: LocalServices) -> None:
     edge = jobs.far_after(ctx)
     assert edge == T0 + timedelta(hours=1)
-    assert not jobs.prepare(ctx, "svc", new_job(edge), edge).far
-    assert jobs.prepare(ctx, "svc", new_job(edge + timedelta(microseconds=1)), edge).far
+    assert not jobs.prepare(ctx, "svc", new_job(edge), None, edge, None).far
+    assert jobs.prepare(ctx, "svc", new_job(edge + timedelta(microseconds=1)), None, edge, None).far
     ctx.clock.advance(timedelta(hours=2))
     assert jobs.far_after(ctx) == T0 + timedelta(hours=3)
 
@@ -89,7 +90,7 @@ def test_the_near_far_edge_is_the_clock_plus_the_horizon(ctx: LocalServices) -> 
 async def test_a_keyless_create_fails_over_to_a_shard_that_answers(ctx: LocalServices) -> None:
     ctx.store.down = 0  # type: ignore[attr-defined]
     for _ in range(20):  # whatever shard each random id draws first
-        result = await jobs.create_job(ctx, "svc", new_job(T0 + timedelta(minutes=5)))
+        result = await jobs.create_job(ctx, "svc", new_job(T0 + timedelta(minutes=5)), None)
         assert result.created
         assert ctx.shards.shard_of(result.job.id) == 1
         found = await ctx.store.get_job(1, GetJobParams(result.job.id, "svc"))
@@ -103,7 +104,7 @@ async def test_a_create_that_may_have_committed_is_not_made_again_elsewhere(
     refused = 0
     for _ in range(20):
         try:
-            result = await jobs.create_job(ctx, "svc", new_job(T0))
+            result = await jobs.create_job(ctx, "svc", new_job(T0), None)
         except ShardUnavailable as exc:
             refused += 1
             assert exc.maybe_written and exc.fields["job_id"] in exc.message
@@ -113,8 +114,8 @@ async def test_a_create_that_may_have_committed_is_not_made_again_elsewhere(
 
 
 async def test_a_keyed_job_lives_on_its_keys_shard_and_a_repeat_finds_it(ctx: LocalServices) -> None:
-    first = await jobs.create_job(ctx, "svc", new_job(T0, idempotency_key="k1", fingerprint="d"))
-    again = await jobs.create_job(ctx, "svc", new_job(T0, idempotency_key="k1", fingerprint="d"))
+    first = await jobs.create_job(ctx, "svc", new_job(T0), "k1")
+    again = await jobs.create_job(ctx, "svc", new_job(T0), "k1")
     assert first.created and not again.created and again.job.id == first.job.id
     assert shardmap.slot_of(first.job.id) == shardmap.key_slot("svc", "k1")
 
@@ -124,10 +125,11 @@ async def test_a_batch_answers_each_item_by_its_index(ctx: LocalServices) -> Non
     outcomes = await jobs.create_jobs(
         ctx,
         "svc",
-        [(0, new_job(T0)), (3, new_job(T0, target={"kind": "KAFKA", "topic": "x"})),
+        [(0, new_job(T0, idempotencyKey="k")), (3, new_job(T0, target={"kind": "KAFKA", "topic": "x"})),
          (5, new_job(T0, payload="x" * 100))],
     )  # fmt: skip
     assert isinstance(outcomes[0], CreateResult) and outcomes[0].created
+    assert outcomes[0].job.idempotency_key == "k"
     assert isinstance(outcomes[3], InvalidRequest)
     assert isinstance(outcomes[5], PayloadTooLarge)
 
