@@ -30,7 +30,7 @@ from cluster.api.openapi import problem_responses
 from cluster.api.schemas import target_dict
 from cluster.model import CronDefinition, CronRecord, CronRun
 from cluster.services import crons as cron_service
-from cluster.services.cron_document import definition_of, instant
+from cluster.services.cron_document import DOCUMENT_FIELDS, definition_of, instant
 from cluster.services.crons import Preview
 
 __all__ = ["cron_out", "load_cron", "preview_out", "router", "runs_out"]
@@ -168,14 +168,7 @@ async def patch_cron(cron_job_id: str, body: PatchCronIn, ctx: Ctx, owner: Owner
 
 
 # A change's fields by their names in the definition.
-_PATCHED = {
-    "schedule": "schedule", "timeZone": "time_zone", "type": "type", "target": "target",
-    "payload": "payload", "misfirePolicy": "misfire_policy", "concurrency": "concurrency",
-    "jitterSeconds": "jitter_seconds", "maxAttempts": "max_attempts",
-    "timeoutSeconds": "timeout_seconds", "startingDeadlineSeconds": "starting_deadline_seconds",
-    "enabled": "enabled", "monthEndPolicy": "month_end_policy", "dstPolicy": "dst_policy",
-    "startAt": "start_at", "endAt": "end_at", "maxRuns": "max_runs",
-}  # fmt: skip
+_PATCHED = {name: attr for attr, name in DOCUMENT_FIELDS.items()}
 
 
 def _changes(body: PatchCronIn) -> dict[str, Any]:

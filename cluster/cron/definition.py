@@ -10,6 +10,7 @@ three cannot disagree on what a schedule means. Pure: no I/O, no settings
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -154,29 +155,8 @@ def build_cron(
         if first_slots is not None and shared:
             first_slots[key] = known
     kind, first = known
-    return CronRecord(
-        id=cron_id,
-        owner=owner,
-        name=definition.name,
-        schedule=expression,
-        schedule_kind=kind,
-        time_zone=definition.time_zone,
-        type=definition.record_type,
-        target=definition.target,
-        payload=definition.payload,
-        misfire_policy=definition.misfire_policy,
-        concurrency=definition.concurrency,
-        jitter_seconds=definition.jitter_seconds,
-        max_attempts=definition.max_attempts,
-        timeout_seconds=definition.timeout_seconds,
-        starting_deadline_seconds=definition.starting_deadline_seconds,
-        enabled=definition.enabled,
-        anchor=ANCHOR,
-        next_fire_at=first,
-        fingerprint=definition.fingerprint(),
-        month_end_policy=definition.month_end_policy,
-        dst_policy=definition.dst_policy,
-        start_at=definition.start_at,
-        end_at=definition.end_at,
-        max_runs=definition.max_runs,
+    if expression != definition.schedule:
+        definition = dataclasses.replace(definition, schedule=expression)
+    return definition.record(
+        id=cron_id, owner=owner, schedule_kind=kind, anchor=ANCHOR, next_fire_at=first
     )

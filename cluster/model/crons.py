@@ -121,6 +121,29 @@ class CronDefinition:
         canonical = json.dumps(defining, sort_keys=True, default=str)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
+    def record(
+        self,
+        *,
+        id: uuid.UUID,
+        owner: str,
+        schedule_kind: str,
+        anchor: datetime,
+        next_fire_at: datetime | None,
+    ) -> CronRecord:
+        """The record that keeps this definition (what a builder decided:
+        its id, its schedule's kind and anchor, its first slot)."""
+        values = {name: getattr(self, name) for name in _DEFINITION_FIELDS}
+        values["type"] = self.record_type
+        return CronRecord(
+            id=id,
+            owner=owner,
+            schedule_kind=schedule_kind,
+            anchor=anchor,
+            next_fire_at=next_fire_at,
+            fingerprint=self.fingerprint(),
+            **values,
+        )
+
 
 _DEFINITION_FIELDS = tuple(f.name for f in fields(CronDefinition))
 

@@ -112,31 +112,6 @@ def instant(text: str | None) -> datetime | None:
     return None if text is None else utc(parse_rfc3339(text))
 
 
-def definition_of(body: CreateCronIn) -> CronDefinition:
-    """The definition a create body states (the schedule without its
-    surrounding blanks, as the server keeps it)."""
-    return CronDefinition(
-        name=body.name,
-        schedule=body.schedule.strip(),
-        time_zone=body.timeZone,
-        type=body.type,
-        target=target_dict(body.target),
-        payload=body.payload,
-        misfire_policy=body.misfirePolicy,
-        concurrency=body.concurrency,
-        jitter_seconds=body.jitterSeconds,
-        max_attempts=body.maxAttempts,
-        timeout_seconds=body.timeoutSeconds,
-        starting_deadline_seconds=body.startingDeadlineSeconds,
-        enabled=body.enabled,
-        month_end_policy=body.monthEndPolicy,
-        dst_policy=body.dstPolicy,
-        start_at=instant(body.startAt),
-        end_at=instant(body.endAt),
-        max_runs=body.maxRuns,
-    )
-
-
 # A definition's fields by their names in a document (the API's), in order.
 DOCUMENT_FIELDS = {
     "name": "name", "schedule": "schedule", "time_zone": "timeZone", "type": "type",
@@ -147,6 +122,19 @@ DOCUMENT_FIELDS = {
     "month_end_policy": "monthEndPolicy", "dst_policy": "dstPolicy", "start_at": "startAt",
     "end_at": "endAt", "max_runs": "maxRuns",
 }  # fmt: skip
+
+
+def definition_of(body: CreateCronIn) -> CronDefinition:
+    """The definition a create body states (the schedule without its
+    surrounding blanks, as the server keeps it)."""
+    values = {attr: getattr(body, name) for attr, name in DOCUMENT_FIELDS.items()}
+    values.update(
+        schedule=body.schedule.strip(),
+        target=target_dict(body.target),
+        start_at=instant(body.startAt),
+        end_at=instant(body.endAt),
+    )
+    return CronDefinition(**values)
 
 
 def document_of(definition: CronDefinition) -> dict[str, Any]:

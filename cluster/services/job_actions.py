@@ -28,7 +28,7 @@ from cluster.model import (
     RetryJobParams,
 )
 from cluster.services.context import Services
-from cluster.services.jobs import job_id_text, parse_job_id
+from cluster.services.jobs import job_id_text, locate
 
 __all__ = [
     "BulkResult",
@@ -85,8 +85,7 @@ async def search_jobs(ctx: Services, params: JobSearchParams) -> JobPage:
 async def retry_job(ctx: Services, owner: str, job_id: str) -> tuple[JobRecord, int]:
     """A FAILED or CANCELLED job runs again: same id and scheduled time, a
     new series of attempts numbered on from the last (409 otherwise)."""
-    jid = parse_job_id(job_id)
-    shard = ctx.shards.shard_of(jid)
+    jid, shard = locate(ctx, job_id)
     return await ctx.store.retry_job(shard, RetryJobParams(jid, owner, by=owner)), shard
 
 
@@ -94,15 +93,13 @@ async def pause_job(
     ctx: Services, owner: str, job_id: str, reason: str
 ) -> tuple[JobRecord, int]:
     """Hold a SCHEDULED one-shot job until resumed (409 once started)."""
-    jid = parse_job_id(job_id)
-    shard = ctx.shards.shard_of(jid)
+    jid, shard = locate(ctx, job_id)
     return await ctx.store.pause_job(shard, PauseJobParams(jid, owner, reason)), shard
 
 
 async def resume_job(ctx: Services, owner: str, job_id: str) -> tuple[JobRecord, int]:
     """A paused job waits for its run time again, or starts at once."""
-    jid = parse_job_id(job_id)
-    shard = ctx.shards.shard_of(jid)
+    jid, shard = locate(ctx, job_id)
     params = ResumeJobParams(jid, owner, far_horizon_seconds=ctx.settings.far_horizon_seconds)
     return await ctx.store.resume_job(shard, params), shard
 

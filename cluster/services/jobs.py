@@ -43,6 +43,7 @@ __all__ = [
     "far_after",
     "get_job",
     "job_id_text",
+    "locate",
     "parse_job_id",
     "prepare",
     "reschedule_job",
@@ -61,6 +62,12 @@ def parse_job_id(text: str) -> uuid.UUID:
         return jid
     except ValueError as exc:
         raise NotFound(str(exc)) from exc
+
+
+def locate(ctx: Services, job_id: str) -> tuple[uuid.UUID, int]:
+    """A job's id from its text (404 for a malformed one) and its shard."""
+    jid = parse_job_id(job_id)
+    return jid, ctx.shards.shard_of(jid)
 
 
 def far_after(ctx: Services) -> datetime:
@@ -217,8 +224,7 @@ async def create_jobs(
 
 async def get_job(ctx: Services, owner: str, job_id: str) -> tuple[JobRecord, int]:
     """A job wherever it lives (pending, running or finished), and its shard."""
-    jid = parse_job_id(job_id)
-    shard = ctx.shards.shard_of(jid)
+    jid, shard = locate(ctx, job_id)
     job = await ctx.store.get_job(shard, GetJobParams(jid, owner))
     if job is None:
         raise NotFound("no such job", job_id=job_id)
@@ -229,13 +235,11 @@ async def reschedule_job(
     ctx: Services, owner: str, job_id: str, run_at: datetime
 ) -> tuple[JobRecord, int]:
     """Move ``run_at``; only while the job is SCHEDULED (else 409)."""
-    jid = parse_job_id(job_id)
-    shard = ctx.shards.shard_of(jid)
+    jid, shard = locate(ctx, job_id)
     return await ctx.store.reschedule_job(shard, RescheduleParams(jid, owner, run_at)), shard
 
 
 async def cancel_job(ctx: Services, owner: str, job_id: str) -> tuple[JobRecord, int]:
     """Cancel a job that has not started (409 once it has)."""
-    jid = parse_job_id(job_id)
-    shard = ctx.shards.shard_of(jid)
+    jid, shard = locate(ctx, job_id)
     return await ctx.store.cancel_job(shard, CancelParams(jid, owner)), shard
