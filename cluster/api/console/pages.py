@@ -28,6 +28,13 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from pydantic import ValidationError
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from cluster.api.console.lateness_chart import (
+    CHART_H,
+    CHART_W,
+    LATENESS_MINUTES,
+    chart,
+    seconds_text,
+)
 from cluster.api.console.session import (
     Session,
     act_for,
@@ -42,7 +49,7 @@ from cluster.api.cron_actions import backfill_out
 from cluster.api.crons import cron_out, preview_out, runs_out
 from cluster.api.job_actions import page_out, search_params
 from cluster.api.jobs import job_out
-from cluster.api.operator_schemas import BackfillIn, LatenessMinuteOut
+from cluster.api.operator_schemas import BackfillIn
 from cluster.api.ops import lateness_out
 from cluster.api.problems import kind_of
 from cluster.api.schemas import PatchJobIn, parse_rfc3339
@@ -97,6 +104,7 @@ def _in_zone(value: datetime | None, zone: str) -> str:
 _env.filters["iso"] = _iso
 _env.filters["in_zone"] = _in_zone
 _env.filters["q"] = lambda value: quote(str(value), safe="")
+_env.filters["seconds"] = seconds_text
 
 
 def _ctx(request: Request) -> ApiContext:
@@ -513,11 +521,6 @@ async def retry_group(request: Request) -> Response:
 # -- the cluster -----------------------------------------------------------------------
 
 
-# The lateness chart: the last this many minutes, drawn this large (px).
-LATENESS_MINUTES = 15
-_CHART_W, _CHART_H = 300, 64
-
-
 @router.get("/ui/cluster")
 async def cluster_page(request: Request) -> Response:
     ctx = _ctx(request)
@@ -534,48 +537,10 @@ async def cluster_page(request: Request) -> Response:
     by_shard = {s.shard: s for s in lateness.shards}
     return _page(
         request, "cluster.html", session=session, report=report, widest=max([1, *backlogs]),
-        lateness=lateness, chart=_chart(lateness.cluster, last, _CHART_W, _CHART_H),
+        lateness=lateness, chart=chart(lateness.cluster, last, CHART_W, CHART_H),
         shard_lateness=by_shard,
-        shard_charts={s.shard: _chart(s.minutes, last, 90, 20) for s in lateness.shards},
+        shard_charts={s.shard: chart(s.minutes, last, 90, 20) for s in lateness.shards},
     )  # fmt: skip
-
-
-def _chart(series: list[LatenessMinuteOut], last: datetime, width: int, height: int) -> dict[str, Any]:
-    """A sparkline of p50 and p99 by minute, as SVG coordinates: drawn by the
-    server, so the page loads no chart library. x is the minute (the
-    window's first at 0, the current one at ``width``), y the seconds (the
-    window's worst p99 at the top). A minute without attempts has no point."""
-    first = last - timedelta(minutes=LATENESS_MINUTES - 1)
-    top = max((m.p99Seconds for m in series), default=0.0) or 1.0
-    step = width / (LATENESS_MINUTES - 1)
-
-    def points(values: list[tuple[datetime, float]]) -> list[tuple[float, float]]:
-        return [
-            (round((at - first).total_seconds() / 60 * step, 1), round(height - v / top * height, 1))
-            for at, v in values
-            if first <= at <= last
-        ]
-
-    p50 = points([(m.minute, m.p50Seconds) for m in series])
-    p99 = points([(m.minute, m.p99Seconds) for m in series])
-    return {
-        "width": width, "height": height, "top": top, "first": first, "last": last,
-        "p50": p50, "p99": p99,
-        "p50_line": " ".join(f"{x},{y}" for x, y in p50),
-        "p99_line": " ".join(f"{x},{y}" for x, y in p99),
-    }  # fmt: skip
-
-
-def seconds_text(value: float | None) -> str:
-    """A lateness for people: milliseconds below a second, else seconds."""
-    if value is None:
-        return "—"
-    if value < 1:
-        return f"{value * 1000:.0f} ms"
-    return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
-
-
-_env.filters["seconds"] = seconds_text
 
 
 # -- /docs without internet ------------------------------------------------------------
