@@ -9,6 +9,8 @@ server applies, and the benchmarks write their bodies with
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import MISSING
 from datetime import datetime
 from typing import Any, Literal
 
@@ -137,14 +139,22 @@ def definition_of(body: CreateCronIn) -> CronDefinition:
     return CronDefinition(**values)
 
 
-def document_of(definition: CronDefinition) -> dict[str, Any]:
-    """The document (a create body) of ``definition``: every field, by its
-    API name, instants as RFC 3339 UTC text, the type as the server fills it."""
+def document_of(definition: CronDefinition, *, compact: bool = False) -> dict[str, Any]:
+    """The document (a create body) of ``definition``, by API names,
+    instants as RFC 3339 UTC text. Whole, the type as the server fills it
+    (what ``apply`` compares); ``compact``, only the fields that differ from
+    their defaults (what a client sends: the server fills in the rest)."""
     out: dict[str, Any] = {}
     for attr, name in DOCUMENT_FIELDS.items():
         value = getattr(definition, attr)
-        if isinstance(value, datetime):
-            value = format_utc(value)
-        out[name] = value
-    out["type"] = definition.record_type
+        if compact and attr in _DEFAULTS and value == _DEFAULTS[attr]:
+            continue
+        out[name] = format_utc(value) if isinstance(value, datetime) else value
+    if not compact:
+        out["type"] = definition.record_type
     return out
+
+
+_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(CronDefinition) if f.default is not MISSING
+}

@@ -171,6 +171,13 @@ def test_a_definitions_document_reads_back_as_the_same_definition() -> None:
     doc = document_of(d)
     assert doc["timeZone"] == "Europe/Istanbul" and doc["endAt"] == "2027-03-31T12:00:00Z"
     assert definition_of(CreateCronIn.model_validate(doc)) == d
+    compact = document_of(d, compact=True)
+    assert "misfirePolicy" not in compact and compact["maxRuns"] == 4
+    assert definition_of(CreateCronIn.model_validate(compact)) == d
+    assert document_of(definition(), compact=True) == {
+        "name": "billing.settle", "schedule": "0 2 * * *", "timeZone": "Europe/Istanbul",
+        "target": {"kind": "NOOP"},
+    }  # fmt: skip
 
 
 async def test_a_change_that_leaves_the_timing_keeps_the_materializers_slot(
