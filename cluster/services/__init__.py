@@ -10,9 +10,14 @@ error to a response). No web framework is imported here (import-linter).
 - :mod:`.context`: what a service needs (:class:`~.context.Services`),
 - :mod:`.jobs`, :mod:`.job_actions`: one-shot jobs,
 - :mod:`.crons`, :mod:`.cron_actions`: cron jobs,
+- :mod:`.insight`: what operators read of the cluster (start lateness),
 - :mod:`.batches`: many items written with one call per shard,
-- :mod:`.documents`, :mod:`.cron_document`: what users write, validated,
+- :mod:`.documents`, :mod:`.job_document`, :mod:`.cron_document`: what
+  users write (targets, times, a job, a cron), validated with pydantic,
 - :mod:`.quotas`: per-owner admission.
+
+The one cron definition type is :class:`cluster.model.CronDefinition`; its
+builder, :func:`cluster.cron.definition.build_cron`, is pure schedule math.
 """
 
 from __future__ import annotations
