@@ -1,11 +1,11 @@
 """What the batch endpoints (jobs and cron jobs) share: one result per item,
-items grouped by shard and written with one call per shard, the shards at
-once, and a whole shard's failure given to each of its items."""
+in request order, each a success or the problem a single request would
+have answered. The writes are the service's
+(:func:`cluster.services.batches.write_by_shard`)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -15,9 +15,8 @@ from cluster.api.problems import problem_for, validation_problem
 from cluster.errors import VakitError
 from cluster.model.jsontext import json_bytes
 
-__all__ = ["Results", "failed", "item_failure", "json_response", "write_shards"]
+__all__ = ["Results", "failed", "fill_results", "item_failure", "json_response"]
 
-T = TypeVar("T")
 R = TypeVar("R")
 # One entry per item of the request, in its order; None until decided.
 Results = list[dict[str, Any] | None]
@@ -40,31 +39,22 @@ def item_failure(index: int, exc: ValidationError | VakitError, where: str) -> d
     return failed(index, problem_for(exc, where=where)[0])
 
 
-async def write_shards(
-    by_shard: dict[int, list[tuple[int, T]]],
-    write: Callable[[int, list[T]], Awaitable[Sequence[R | VakitError]]],
+def fill_results(
+    outcomes: dict[int, R | Exception],
     result_of: Callable[[int, R], dict[str, Any]],
     results: Results,
     where: str,
 ) -> None:
-    """``write`` each shard's items (``(index, item)`` pairs) at once and put
-    each item's outcome in ``results[index]``: ``result_of`` for a success,
-    the item's problem for an error returned in its slot. When a shard's
-    write raises, each of its items gets that problem (503 for a shard that
-    is down): no item is retried elsewhere, its write may have committed."""
-
-    async def one(shard: int, items: list[tuple[int, T]]) -> None:
-        try:
-            outcomes = await write(shard, [item for _, item in items])
-        except Exception as exc:
-            problem = problem_for(exc, where=where)[0]
-            for index, _ in items:
-                results[index] = failed(index, problem)
-            return
-        for (index, _), outcome in zip(items, outcomes, strict=True):
-            if isinstance(outcome, VakitError):
-                results[index] = failed(index, problem_for(outcome, where=where)[0])
-            else:
-                results[index] = result_of(index, outcome)
-
-    await asyncio.gather(*(one(shard, items) for shard, items in by_shard.items()))
+    """Each written item's answer in ``results[index]``: ``result_of`` for a
+    success, the item's problem for an error (a shard's failure, the same
+    exception for each of its items, is translated once: 503 for a shard
+    that is down)."""
+    problems: dict[int, dict[str, Any]] = {}
+    for index, outcome in outcomes.items():
+        if isinstance(outcome, Exception):
+            problem = problems.get(id(outcome))
+            if problem is None:
+                problem = problems[id(outcome)] = problem_for(outcome, where=where)[0]
+            results[index] = failed(index, problem)
+        else:
+            results[index] = result_of(index, outcome)

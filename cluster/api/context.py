@@ -26,12 +26,12 @@ from fastapi import Depends, Header, Query, Request
 
 import shardmap
 from cluster import logs
-from cluster.api.quotas import OwnerLimits
 from cluster.clock import Clock
 from cluster.config import Settings
 from cluster.coordination.base import ClusterView
 from cluster.errors import Forbidden, InvalidRequest, PayloadTooLarge, Unauthorized
 from cluster.model.jsontext import json_bytes
+from cluster.services.quotas import OwnerLimits
 from cluster.store.base import CronStore, Store
 from cluster.targets.policy import AddressPolicy, TargetRefused
 from cluster.targets.scope import TargetScope

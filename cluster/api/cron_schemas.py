@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, PlainValidator, field_validator, model_validator
+from pydantic import BaseModel, Field, PlainValidator, model_validator
 
-from cluster.api.schemas import (
-    MAX_BATCH,
-    ProblemOut,
-    Rfc3339,
-    TargetIn,
-    UtcDatetime,
-    _Strict,
-    parse_rfc3339,
+from cluster.api.schemas import MAX_BATCH, ProblemOut, Rfc3339, TargetIn, UtcDatetime
+from cluster.services.cron_document import (
+    NAME,
+    Bounds,
+    Concurrency,
+    CreateCronIn,
+    Dst,
+    Misfire,
+    MonthEnd,
 )
+from cluster.services.documents import Strict as _Strict
 
 __all__ = [
     "BatchCreateCronsIn",
@@ -31,70 +33,11 @@ __all__ = [
     "TriggerOut",
 ]
 
-Misfire = Literal["RUN_ALL", "RUN_ONCE", "SKIP"]
-Concurrency = Literal["ALLOW", "FORBID", "REPLACE"]
-MonthEnd = Literal["SKIP", "CLAMP"]
-Dst = Literal["CRONIE", "SKIP", "BOTH"]
-_NAME = r"^[A-Za-z0-9_.:-]+$"
-_ZONE_DOC = (
-    "IANA zone the schedule is read in, e.g. 'Europe/Istanbul'. Required: a "
-    "schedule's zone is written, never defaulted (a server default is whatever "
-    "zone the operator happened to pick)."
-)
-_MONTH_END_DOC = (
-    "Days 29-31 in a month without them: SKIP (cron's rule: no firing that "
-    "month) or CLAMP (fire on the month's last day)."
-)
-_DST_DOC = (
-    "Fixed-time slots at DST changes: CRONIE (a slot in a gap fires once at "
-    "the gap's end, a slot in an overlap only the first time), SKIP (a slot "
-    "in a gap does not fire), BOTH (a slot in an overlap fires both times)."
-)
 
-
-class _Bounds(_Strict):
-    """startAt, endAt, maxRuns: the same checks on create and on change."""
-
-    @field_validator("startAt", "endAt", check_fields=False)
-    @classmethod
-    def _instant(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_rfc3339(value, "time")
-        return value
-
-    @model_validator(mode="after")
-    def _ordered(self) -> _Bounds:
-        start, end = getattr(self, "startAt", None), getattr(self, "endAt", None)
-        if start is not None and end is not None and parse_rfc3339(start) > parse_rfc3339(end):
-            raise ValueError("startAt must not be after endAt")
-        return self
-
-
-class CreateCronIn(_Bounds):
-    name: str = Field(min_length=1, max_length=128, pattern=_NAME)
-    schedule: str = Field(min_length=1, max_length=200, description="5-field cron, @macro, 'every 15m' or 'every 15m fixed-delay'.")
-    timeZone: str = Field(min_length=1, max_length=64, description=_ZONE_DOC)
-    type: str | None = Field(None, min_length=1, max_length=64, pattern=_NAME)
-    target: TargetIn
-    payload: Any = None
-    misfirePolicy: Misfire = "RUN_ONCE"
-    concurrency: Concurrency = "ALLOW"
-    jitterSeconds: int = Field(0, ge=0, le=86400)
-    maxAttempts: int = Field(3, ge=1, le=100)
-    timeoutSeconds: int = Field(60, ge=1, le=86400)
-    startingDeadlineSeconds: int | None = Field(None, ge=1, le=7 * 86400)
-    enabled: bool = True
-    monthEndPolicy: MonthEnd = Field("SKIP", description=_MONTH_END_DOC)
-    dstPolicy: Dst = Field("CRONIE", description=_DST_DOC)
-    startAt: Rfc3339 | None = Field(None, description="No slot before this instant.")
-    endAt: Rfc3339 | None = Field(None, description="No slot after this instant.")
-    maxRuns: int | None = Field(None, ge=1, description="At most this many occurrences by the schedule (manual triggers not counted).")
-
-
-class PatchCronIn(_Bounds):
+class PatchCronIn(Bounds):
     schedule: str | None = Field(None, min_length=1, max_length=200)
     timeZone: str | None = Field(None, min_length=1, max_length=64)
-    type: str | None = Field(None, min_length=1, max_length=64, pattern=_NAME)
+    type: str | None = Field(None, min_length=1, max_length=64, pattern=NAME)
     target: TargetIn | None = None
     payload: Any = None
     misfirePolicy: Misfire | None = None

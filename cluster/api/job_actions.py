@@ -1,26 +1,20 @@
 """What operators do with jobs: search, retry, bulk retry and cancel, pause
-and resume (``/api/v1/jobs…``).
-
-A search reads every shard at once and merges the pages newest first, by
-job id: ids are UUIDv7, so the order is the jobs' creation order on every
-shard, and it never changes while a job moves from the far table to the
-hot one and to history. The cursor is the last id of a page: the next page
-is every shard's ids below it, which stays exact however jobs move or
-finish in between. A shard that cannot be read is named in
-``missingShards``; the others still answer.
+and resume (``/api/v1/jobs…``). The routes translate HTTP; the rules (the
+merged search across shards, its cursor, what may be retried or
+cancelled) are the service's (:mod:`cluster.services.job_actions`).
+A shard that cannot be read is named in ``missingShards``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from datetime import datetime
 
 from fastapi import APIRouter, Query
 
 import shardmap
-from cluster.api.context import ApiContext, Ctx, Owner
-from cluster.api.jobs import job_id_text, job_out, parse_job_id
+from cluster.api.context import Ctx, Owner
+from cluster.api.jobs import job_out
 from cluster.api.operator_schemas import (
     BulkFailure,
     BulkJobsIn,
@@ -32,19 +26,12 @@ from cluster.api.operator_schemas import (
 from cluster.api.problems import kind_of
 from cluster.api.schemas import JobOut, parse_rfc3339
 from cluster.clock import utc
-from cluster.errors import InvalidRequest, ShardUnavailable, VakitError
-from cluster.model import (
-    RETRYABLE,
-    CancelParams,
-    JobRecord,
-    JobSearchParams,
-    JobStatus,
-    PauseJobParams,
-    ResumeJobParams,
-    RetryJobParams,
-)
+from cluster.errors import InvalidRequest
+from cluster.model import JobSearchParams, JobStatus
+from cluster.services import job_actions as actions
+from cluster.services.job_actions import BulkResult, JobPage
 
-__all__ = ["router", "search_all"]
+__all__ = ["page_out", "router", "search_params"]
 
 router = APIRouter(tags=["jobs"])
 _STATUS_NAMES = ", ".join(x.value for x in JobStatus)
@@ -95,31 +82,42 @@ def _cursor(text: str | None) -> uuid.UUID | None:
         ) from exc
 
 
-async def search_all(
-    ctx: ApiContext, params: JobSearchParams
-) -> tuple[list[tuple[JobRecord, int]], bool, list[int]]:
-    """``params`` on every shard at once, merged newest first: the page (each
-    job with its shard), whether more may follow, and the shards that could
-    not be read."""
-
-    async def one(shard: int) -> list[JobRecord] | None:
-        try:
-            return await ctx.store.search_jobs(shard, params)
-        except ShardUnavailable:
-            return None
-
-    pages = await asyncio.gather(*(one(s) for s in range(ctx.shards.shard_count)))
-    missing = [s for s, page in enumerate(pages) if page is None]
-    merged = sorted(
-        ((job, s) for s, page in enumerate(pages) for job in page or ()),
-        key=lambda pair: pair[0].id,
-        reverse=True,
+def search_params(
+    owner: str,
+    *,
+    status: list[str] | None,
+    type: str | None,
+    cronJobId: str | None,
+    runAtFrom: str | None,
+    runAtTo: str | None,
+    finishedFrom: str | None,
+    finishedTo: str | None,
+    limit: int,
+    cursor: str | None,
+    attempts: bool,
+) -> JobSearchParams:
+    """A search's query, as the route and the console's pages take it."""
+    return JobSearchParams(
+        owner=owner,
+        limit=limit,
+        before=_cursor(cursor),
+        statuses=_statuses(status),
+        type=type,
+        cron_id=_cron_id(cronJobId),
+        run_at_from=_time(runAtFrom, "runAtFrom"),
+        run_at_to=_time(runAtTo, "runAtTo"),
+        finished_from=_time(finishedFrom, "finishedFrom"),
+        finished_to=_time(finishedTo, "finishedTo"),
+        with_attempts=attempts,
     )
-    # A shard that filled its page may hold more below it.
-    more = len(merged) > params.limit or any(
-        page is not None and len(page) >= params.limit for page in pages
+
+
+def page_out(page: JobPage) -> JobPageOut:
+    return JobPageOut(
+        items=[job_out(job, shard) for job, shard in page.jobs],
+        nextCursor=page.next_cursor,
+        missingShards=page.missing,
     )
-    return merged[: params.limit], more, missing
 
 
 @router.get("/api/v1/jobs", response_model=JobPageOut, responses=problems(422))
@@ -144,25 +142,12 @@ async def search_jobs(
     """The caller's jobs (pending, running and finished), newest first, filtered,
     a page at a time. ``status=FAILED`` lists the dead letters with their
     ``lastError`` (and, with ``attempts=true``, their attempt logs)."""
-    params = JobSearchParams(
-        owner=owner,
-        limit=limit,
-        before=_cursor(cursor),
-        statuses=_statuses(status),
-        type=type,
-        cron_id=_cron_id(cronJobId),
-        run_at_from=_time(runAtFrom, "runAtFrom"),
-        run_at_to=_time(runAtTo, "runAtTo"),
-        finished_from=_time(finishedFrom, "finishedFrom"),
-        finished_to=_time(finishedTo, "finishedTo"),
-        with_attempts=attempts,
-    )
-    page, more, missing = await search_all(ctx, params)
-    return JobPageOut(
-        items=[job_out(job, shard) for job, shard in page],
-        nextCursor=job_id_text(page[-1][0].id) if more and page else None,
-        missingShards=missing,
-    )
+    params = search_params(
+        owner, status=status, type=type, cronJobId=cronJobId, runAtFrom=runAtFrom,
+        runAtTo=runAtTo, finishedFrom=finishedFrom, finishedTo=finishedTo, limit=limit,
+        cursor=cursor, attempts=attempts,
+    )  # fmt: skip
+    return page_out(await actions.search_jobs(ctx, params))
 
 
 @router.post("/api/v1/jobs/{job_id}/retry", response_model=JobOut, responses=problems(404, 409))
@@ -172,10 +157,7 @@ async def retry_job(job_id: str, ctx: Ctx, owner: Owner) -> JobOut:
     new series of attempts of the size of its last one, due now. Its
     attempt numbers go on from where they stopped: a straggler of an old
     attempt is fenced. 409 for a job in another status."""
-    jid = parse_job_id(job_id)
-    shard = ctx.shards.shard_of(jid)
-    job = await ctx.store.retry_job(shard, RetryJobParams(jid, owner, by=owner))
-    return job_out(job, shard)
+    return job_out(*await actions.retry_job(ctx, owner, job_id))
 
 
 @router.post(
@@ -185,21 +167,14 @@ async def pause_job(job_id: str, body: PauseIn, ctx: Ctx, owner: Owner) -> JobOu
     """Hold a SCHEDULED one-shot job: it is not started until resumed (its
     ``runAt`` is kept). Pausing a paused job changes nothing. 409 once it
     has started, and for a cron job's occurrence (pause the cron job)."""
-    jid = parse_job_id(job_id)
-    shard = ctx.shards.shard_of(jid)
-    job = await ctx.store.pause_job(shard, PauseJobParams(jid, owner, body.reason))
-    return job_out(job, shard)
+    return job_out(*await actions.pause_job(ctx, owner, job_id, body.reason))
 
 
 @router.post("/api/v1/jobs/{job_id}/resume", response_model=JobOut, responses=problems(404, 409))
 async def resume_job(job_id: str, ctx: Ctx, owner: Owner) -> JobOut:
     """A paused job waits for its ``runAt`` again, or starts at once if that
     has passed. Resuming a job that is not paused changes nothing."""
-    jid = parse_job_id(job_id)
-    shard = ctx.shards.shard_of(jid)
-    params = ResumeJobParams(jid, owner, far_horizon_seconds=ctx.settings.far_horizon_seconds)
-    job = await ctx.store.resume_job(shard, params)
-    return job_out(job, shard)
+    return job_out(*await actions.resume_job(ctx, owner, job_id))
 
 
 def _bulk_search(body: BulkJobsIn, owner: str, statuses: tuple[JobStatus, ...]) -> JobSearchParams:
@@ -217,32 +192,17 @@ def _bulk_search(body: BulkJobsIn, owner: str, statuses: tuple[JobStatus, ...]) 
     )
 
 
-async def _bulk(
-    ctx: ApiContext, params: JobSearchParams, dry_run: bool, act: str, owner: str
-) -> BulkJobsOut:
-    page, more, missing = await search_all(ctx, params)
-    done: list[str] = []
-    failed: list[BulkFailure] = []
-    for job, shard in page:
-        text = job_id_text(job.id)
-        if dry_run:
-            done.append(text)
-            continue
-        try:
-            if act == "retry":
-                await ctx.store.retry_job(shard, RetryJobParams(job.id, owner, by=owner))
-            else:
-                await ctx.store.cancel_job(shard, CancelParams(job.id, owner))
-        except VakitError as exc:
-            failed.append(BulkFailure(jobId=text, status=kind_of(exc).status, detail=exc.message))
-            continue
-        done.append(text)
-    # Below every job examined: the next call meets neither the jobs acted
-    # on (a retried one is SCHEDULED again, but a cancelled one would still
-    # match a retry's CANCELLED) nor the ones refused.
-    cursor = job_id_text(page[-1][0].id) if more and page else None
+def _bulk_out(result: BulkResult) -> BulkJobsOut:
     return BulkJobsOut(
-        dryRun=dry_run, jobIds=done, failed=failed, more=more, nextCursor=cursor, missingShards=missing
+        dryRun=result.dry_run,
+        jobIds=result.done,
+        failed=[
+            BulkFailure(jobId=text, status=kind_of(exc).status, detail=exc.message)
+            for text, exc in result.failed
+        ],
+        more=result.more,
+        nextCursor=result.next_cursor,
+        missingShards=result.missing,
     )
 
 
@@ -253,20 +213,15 @@ async def retry_jobs(body: BulkJobsIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
     ``more`` is true. ``dryRun`` lists them and changes nothing."""
     statuses = _statuses(list(body.status or ["FAILED"]))
     assert statuses is not None
-    refused = [x.value for x in statuses if x not in RETRYABLE]
-    if refused:
-        raise InvalidRequest(
-            f"only FAILED and CANCELLED jobs can be retried, not {', '.join(refused)}",
-            field="status",
-        )
-    return await _bulk(ctx, _bulk_search(body, owner, statuses), body.dryRun, "retry", owner)
+    actions.retry_statuses(statuses)
+    params = _bulk_search(body, owner, statuses)
+    return _bulk_out(await actions.bulk_retry(ctx, params, body.dryRun))
 
 
 @router.post("/api/v1/jobs:cancel", response_model=BulkJobsOut, responses=problems(422))
 async def cancel_jobs(body: BulkJobsIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
     """Cancel the SCHEDULED jobs the filters match (paused ones too), newest
     first, at most ``limit`` per call. ``dryRun`` lists them and changes nothing."""
-    if body.status is not None and body.status != ["SCHEDULED"]:
-        raise InvalidRequest("only SCHEDULED jobs can be cancelled", field="status")
-    params = _bulk_search(body, owner, (JobStatus.SCHEDULED,))
-    return await _bulk(ctx, params, body.dryRun, "cancel", owner)
+    statuses = actions.cancel_statuses(body.status)
+    params = _bulk_search(body, owner, statuses)
+    return _bulk_out(await actions.bulk_cancel(ctx, params, body.dryRun))

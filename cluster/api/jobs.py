@@ -1,5 +1,8 @@
 """One-shot jobs under ``/api/v1/jobs``: create (one or a batch), get, move, cancel.
 
+The routes translate HTTP; the rules are the service's
+(:mod:`cluster.services.jobs`).
+
 A create is the API's hot path (a midnight wave is loaded through it), so it
 answers with bytes it builds itself rather than a response model FastAPI
 would validate again; the response models still document it.
@@ -7,8 +10,6 @@ would validate again; the response models still document it.
 
 from __future__ import annotations
 
-import uuid
-from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -19,8 +20,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 import shardmap
-from cluster import logs, tracing
-from cluster.api.batches import Results, item_failure, json_response, write_shards
+from cluster.api.batches import Results, fill_results, item_failure, json_response
 from cluster.api.context import ApiContext, Ctx, Owner
 from cluster.api.openapi import problem_responses
 from cluster.api.problems import problem_for, problem_response
@@ -34,47 +34,20 @@ from cluster.api.schemas import (
     JobOut,
     PatchJobIn,
     ValidBatchCreateJobsIn,
-    fingerprint,
     parse_rfc3339,
-    target_dict,
 )
 from cluster.clock import utc
-from cluster.errors import (
-    Conflict,
-    IdempotencyKeyInFlight,
-    InvalidRequest,
-    NotFound,
-    ShardUnavailable,
-    VakitError,
-)
-from cluster.model import (
-    CancelParams,
-    CreateJobParams,
-    CreateJobsParams,
-    CreateResult,
-    GetJobParams,
-    JobRecord,
-    RescheduleParams,
-)
+from cluster.errors import VakitError
+from cluster.model import CreateResult, JobRecord
+from cluster.services import jobs as job_service
+from cluster.services.jobs import job_id_text, parse_job_id
 
-__all__ = ["BATCH_PATH", "CREATE_PATH", "create_batch_fast", "create_fast", "job_id_text", "job_out", "parse_job_id", "router"]
+__all__ = [
+    "BATCH_PATH", "CREATE_PATH", "create_batch_fast", "create_fast", "job_id_text", "job_out",
+    "parse_job_id", "router",
+]  # fmt: skip
 
 router = APIRouter(tags=["jobs"])
-_BATCH_KEY_FIELD = {"idempotencyKey"}
-
-
-def job_id_text(value: uuid.UUID) -> str:
-    return shardmap.encode_id("job", value)
-
-
-def parse_job_id(text: str) -> uuid.UUID:
-    """The id in a job route's path; the request's later log lines carry it."""
-    try:
-        jid = shardmap.decode_id("job", text)
-        logs.bind(job_id=text)
-        return jid
-    except ValueError as exc:
-        raise NotFound(str(exc)) from exc
 
 
 def _untraced(target: dict[str, Any]) -> dict[str, Any]:
@@ -118,45 +91,6 @@ def job_out(job: JobRecord, shard: int) -> JobOut:
     )
 
 
-def _prepare(
-    ctx: ApiContext,
-    owner: str,
-    body: CreateJobIn,
-    key: str | None,
-    far_after: datetime,
-    digest: str | None,
-) -> CreateJobParams:
-    """The checks a body's schema cannot make (target policy, payload size),
-    and the job's parameters; a job due after ``far_after`` goes to the far
-    table. A keyed job's id carries its key's slot, so a repeat finds the
-    first on the same shard; a keyless one's slot is random
-    (:func:`_create_anywhere` draws another for another shard)."""
-    target = target_dict(body.target)
-    ctx.check_target(target, owner)
-    if tracing.ENABLED:
-        # The create's trace continues at the firing (cluster/tracing.py).
-        parent = tracing.current_traceparent()
-        if parent:
-            target["traceparent"] = parent
-    ctx.check_payload(body.payload)
-    run_at = body.run_at()
-    far = run_at > far_after
-    return CreateJobParams(
-        id=shardmap.new_uuid(shardmap.key_slot(owner, key) if key is not None else None),
-        owner=owner,
-        type=body.type,
-        run_at=run_at,
-        scheduled_for=run_at,
-        target=target,
-        payload=body.payload,
-        max_attempts=body.maxAttempts,
-        timeout_seconds=body.timeoutSeconds,
-        idempotency_key=key,
-        fingerprint=digest,
-        far=far,
-    )
-
-
 async def create_job(
     body: CreateJobIn,
     ctx: Ctx,
@@ -171,37 +105,11 @@ async def create_job(
 async def _create_one(
     ctx: ApiContext, owner: str, body: CreateJobIn, idempotency_key: str | None
 ) -> Response:
-    if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
-        raise InvalidRequest("Idempotency-Key must be 1 to 200 characters")
-    digest = fingerprint(body) if idempotency_key is not None else None
-    params = _prepare(ctx, owner, body, idempotency_key, ctx.clock.now() + ctx.far_horizon, digest)
-    ctx.limits.admit_jobs(owner)
-    if idempotency_key is None:
-        result = await _create_anywhere(ctx, params)
-        return _created(ctx, owner, result)
-    # The Idempotency-Key draft: a repeat while the first request with the
-    # key is still being served is a 409, not a wait.
-    in_flight = (owner, idempotency_key)
-    if in_flight in ctx.keys_in_flight:
-        raise IdempotencyKeyInFlight(
-            "a request with this Idempotency-Key is still being served; retry once it has "
-            "been answered",
-            idempotency_key=idempotency_key,
-        )
-    ctx.keys_in_flight.add(in_flight)
-    try:
-        result = await ctx.store.create_job(ctx.shards.shard_of(params.id), params)
-    finally:
-        ctx.keys_in_flight.discard(in_flight)
-    return _created(ctx, owner, result)
-
-
-def _created(ctx: ApiContext, owner: str, result: CreateResult) -> Response:
-    body = {"jobId": job_id_text(result.job.id), "status": result.job.status.value}
+    result = await job_service.create_job(ctx, owner, body, idempotency_key)
+    out = {"jobId": job_id_text(result.job.id), "status": result.job.status.value}
     if result.created:
-        ctx.limits.created_jobs(owner, 1)
-        return json_response(body, 201)
-    response = json_response(body, 200)
+        return json_response(out, 201)
+    response = json_response(out, 200)
     # What the draft suggests to tell a replay from a first answer.
     response.headers["Idempotent-Replayed"] = "true"
     return response
@@ -281,39 +189,6 @@ router.add_api_route(
 )
 
 
-async def _create_anywhere(ctx: ApiContext, params: CreateJobParams) -> CreateResult:
-    """A job without a key may live on any shard: when its random shard is
-    down, try another, so one shard's outage does not refuse new work.
-
-    Only when nothing reached that shard: a create whose link failed after it
-    was sent may have committed (the store has tried it again there, by its
-    id), and making it on another shard would make it twice. The 503 then
-    names the job, which a GET finds if it was made."""
-    tried: set[int] = set()
-    last: ShardUnavailable | None = None
-    while len(tried) < ctx.shards.shard_count:
-        if tried:
-            params = params._replace(id=shardmap.new_uuid())
-        shard = ctx.shards.shard_of(params.id)
-        if shard in tried:
-            continue
-        tried.add(shard)
-        try:
-            return await ctx.store.create_job(shard, params)
-        except ShardUnavailable as exc:
-            if exc.maybe_written:
-                raise ShardUnavailable(
-                    f"{exc.message}: job {job_id_text(params.id)} may exist; GET it before "
-                    "creating it again",
-                    shard=shard,
-                    maybe_written=True,
-                    job_id=job_id_text(params.id),
-                ) from exc
-            last = exc
-    assert last is not None
-    raise last
-
-
 @router.post(
     BATCH_PATH,
     response_model=BatchCreateJobsOut,
@@ -362,28 +237,16 @@ async def create_batch_fast(ctx: ApiContext, scope: Scope, body: bytes) -> Respo
         return problem_response(*problem_for(exc, where=BATCH_PATH))
 
 
-async def _create_batch(ctx: ApiContext, owner: str, jobs: list[Any]) -> Response:
-    far_after = ctx.clock.now() + ctx.far_horizon
+async def _create_batch(ctx: ApiContext, owner: str, items: list[Any]) -> Response:
     where = BATCH_PATH
-    results: Results = [None] * len(jobs)
-    by_shard: dict[int, list[tuple[int, CreateJobParams]]] = {}
-    for index, raw in enumerate(jobs):
+    results: Results = [None] * len(items)
+    valid: list[tuple[int, BatchJobIn]] = []
+    for index, raw in enumerate(items):
         try:
-            item = raw if type(raw) is BatchJobIn else BatchJobIn.model_validate(raw)
-            key = item.idempotencyKey
-            digest = fingerprint(item, exclude=_BATCH_KEY_FIELD) if key is not None else None
-            params = _prepare(ctx, owner, item, key, far_after, digest)
-        except (ValidationError, VakitError) as exc:
+            valid.append((index, raw if type(raw) is BatchJobIn else BatchJobIn.model_validate(raw)))
+        except ValidationError as exc:
             results[index] = item_failure(index, exc, where)
-            continue
-        by_shard.setdefault(ctx.shards.shard_of(params.id), []).append((index, params))
-    # The whole batch is within the limits or none of it is written: a 429
-    # the client can retry as it is.
-    if valid := sum(len(items) for items in by_shard.values()):
-        ctx.limits.admit_jobs(owner, valid)
-
-    async def write(shard: int, jobs: list[CreateJobParams]) -> list[CreateResult | Conflict]:
-        return await ctx.store.create_jobs(shard, CreateJobsParams(tuple(jobs)))
+    outcomes = await job_service.create_jobs(ctx, owner, valid)
 
     def created(index: int, outcome: CreateResult) -> dict[str, Any]:
         return {
@@ -393,36 +256,24 @@ async def _create_batch(ctx: ApiContext, owner: str, jobs: list[Any]) -> Respons
             "jobStatus": outcome.job.status.value,
         }
 
-    await write_shards(by_shard, write, created, results, where)
-    ctx.limits.created_jobs(owner, sum(1 for r in results if r is not None and r["status"] == 201))
+    fill_results(outcomes, created, results, where)
     return json_response({"results": results})
 
 
 @router.get("/api/v1/jobs/{job_id}", response_model=JobOut)
 async def get_job(job_id: str, ctx: Ctx, owner: Owner) -> JobOut:
     """A job wherever it lives (pending, running or finished), with its attempts."""
-    jid = parse_job_id(job_id)
-    shard = ctx.shards.shard_of(jid)
-    job = await ctx.store.get_job(shard, GetJobParams(jid, owner))
-    if job is None:
-        raise NotFound("no such job", job_id=job_id)
-    return job_out(job, shard)
+    return job_out(*await job_service.get_job(ctx, owner, job_id))
 
 
 @router.patch("/api/v1/jobs/{job_id}", response_model=JobOut, responses=problem_responses(409))
 async def patch_job(job_id: str, body: PatchJobIn, ctx: Ctx, owner: Owner) -> JobOut:
     """Move ``runAt``; only while the job is SCHEDULED, else 409."""
-    jid = parse_job_id(job_id)
-    shard = ctx.shards.shard_of(jid)
     run_at = utc(parse_rfc3339(body.runAt, "runAt"))
-    job = await ctx.store.reschedule_job(shard, RescheduleParams(jid, owner, run_at))
-    return job_out(job, shard)
+    return job_out(*await job_service.reschedule_job(ctx, owner, job_id, run_at))
 
 
 @router.delete("/api/v1/jobs/{job_id}", response_model=JobOut, responses=problem_responses(409))
 async def delete_job(job_id: str, ctx: Ctx, owner: Owner) -> JobOut:
     """Cancel a job that has not started; 409 once it has."""
-    jid = parse_job_id(job_id)
-    shard = ctx.shards.shard_of(jid)
-    job = await ctx.store.cancel_job(shard, CancelParams(jid, owner))
-    return job_out(job, shard)
+    return job_out(*await job_service.cancel_job(ctx, owner, job_id))

@@ -12,7 +12,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from cluster.api.openapi import problem_responses
-from cluster.api.schemas import JobOut, Rfc3339, UtcDatetime, _Strict, parse_rfc3339
+from cluster.api.schemas import JobOut, Rfc3339, UtcDatetime, parse_rfc3339
+from cluster.services.cron_actions import MAX_BACKFILL
+from cluster.services.documents import Strict as _Strict
 
 __all__ = [
     "MAX_BACKFILL",
@@ -32,7 +34,6 @@ __all__ = [
 ]
 
 # Slots one backfill call writes; a longer range is continued from nextFrom.
-MAX_BACKFILL = 1000
 # Jobs one bulk retry or cancel acts on; the next call takes the next ones.
 MAX_BULK = 1000
 

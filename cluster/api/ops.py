@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Query
@@ -15,10 +14,11 @@ from cluster.api.context import Ctx, Operator
 from cluster.api.operator_schemas import LatenessMinuteOut, LatenessOut, ShardLatenessOut
 from cluster.coordination.report import cluster_status
 from cluster.errors import VakitError
-from cluster.model import LatenessMinute, LatenessParams, WorkersSeenParams
+from cluster.model import LatenessMinute, WorkersSeenParams
+from cluster.services.insight import Lateness, start_lateness
 from cluster.store.base import Store
 
-__all__ = ["cluster_lateness", "router", "shard_readiness"]
+__all__ = ["cluster_lateness", "lateness_out", "router", "shard_readiness"]
 
 router = APIRouter(tags=["operations"])
 
@@ -64,29 +64,18 @@ async def cluster_lateness(
     """Start lateness (how long after its runAt an attempt started) by minute,
     from the attempt logs of every shard: per shard, and the worst shard's.
     Operator tokens only."""
-    shards: list[ShardLatenessOut] = []
-    merged: dict[datetime, list[LatenessMinute]] = {}
-    for shard in range(ctx.store.shard_count):
-        try:
-            series = await ctx.store.start_lateness(shard, LatenessParams(minutes=minutes))
-        except VakitError as exc:
-            shards.append(ShardLatenessOut(shard=shard, minutes=[], error=exc.message))
-            continue
-        shards.append(ShardLatenessOut(shard=shard, minutes=[_minute_out(m) for m in series]))
-        for m in series:
-            merged.setdefault(m.minute, []).append(m)
-    cluster = [
-        LatenessMinuteOut(
-            minute=minute,
-            count=sum(m.count for m in ms),
-            p50Seconds=max(m.p50_seconds for m in ms),
-            p99Seconds=max(m.p99_seconds for m in ms),
-            maxSeconds=max(m.max_seconds for m in ms),
-        )
-        for minute, ms in sorted(merged.items())
+    return lateness_out(await start_lateness(ctx, minutes), minutes)
+
+
+def lateness_out(lateness: Lateness, minutes: int) -> LatenessOut:
+    shards = [
+        ShardLatenessOut(shard=s.shard, minutes=[_minute_out(m) for m in s.minutes], error=s.error)
+        for s in lateness.shards
     ]
-    missing = [s.shard for s in shards if s.error is not None]
-    return LatenessOut(windowMinutes=minutes, cluster=cluster, shards=shards, missingShards=missing)
+    cluster = [_minute_out(m) for m in lateness.cluster]
+    return LatenessOut(
+        windowMinutes=minutes, cluster=cluster, shards=shards, missingShards=lateness.missing
+    )
 
 
 def _minute_out(m: LatenessMinute) -> LatenessMinuteOut:

@@ -1,4 +1,5 @@
-"""The API's request and response bodies, and their validation.
+"""The API's request and response bodies, and their validation (targets and
+times are the service layer's documents, :mod:`cluster.services.documents`).
 
 Unknown fields are rejected (a typo such as ``maxAttempt`` must not be
 silently ignored), times must be RFC 3339 with an offset, and limits are
@@ -7,11 +8,8 @@ checked here so that bad input is a 4xx that changes nothing.
 
 from __future__ import annotations
 
-import hashlib
-import re
-from datetime import UTC, datetime
-from functools import lru_cache
-from typing import Annotated, Any, Literal
+from datetime import datetime
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -22,7 +20,20 @@ from pydantic import (
     field_validator,
 )
 
-from cluster.model.jsontext import canonical_json
+from cluster.services.documents import (
+    EARLIEST,
+    LATEST,
+    HttpTargetIn,
+    KafkaTargetIn,
+    NoopTargetIn,
+    Rfc3339,
+    TargetIn,
+    format_utc,
+    parse_rfc3339,
+    target_dict,
+)
+from cluster.services.documents import Strict as _Strict
+from cluster.services.job_document import BatchJobIn, CreateJobIn, fingerprint, utc_instant
 
 __all__ = [
     "EARLIEST",
@@ -41,6 +52,7 @@ __all__ = [
     "NoopTargetIn",
     "PatchJobIn",
     "ProblemOut",
+    "Rfc3339",
     "TargetIn",
     "ValidBatchCreateJobsIn",
     "fingerprint",
@@ -49,148 +61,8 @@ __all__ = [
     "target_dict",
 ]
 
-_RFC3339 = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
-)
-
-
-def parse_rfc3339(value: str, name: str = "time") -> datetime:
-    """RFC 3339 with a mandatory offset; naive or vague times are refused."""
-    if isinstance(value, str):
-        # The validator parses runAt, then the handler needs the datetime:
-        # the second parse of the same text is a cache hit.
-        return _parse_rfc3339(value, name)
-    raise ValueError(
-        f"{name} must be an RFC 3339 timestamp with an offset, e.g. 2026-10-23T14:30:00Z"
-    )
-
-
-@lru_cache(maxsize=1024)
-def _parse_rfc3339(value: str, name: str) -> datetime:
-    match = _RFC3339.match(value)
-    if not match:
-        raise ValueError(
-            f"{name} must be an RFC 3339 timestamp with an offset, e.g. 2026-10-23T14:30:00Z"
-        )
-    text = value.replace("z", "Z").replace("t", "T")
-    fraction = match.group(1)
-    if fraction is not None and len(fraction) > 7:
-        # Python parses at most 6 fractional digits: drop the nanoseconds.
-        text = text.replace(fraction, fraction[:7], 1)
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise ValueError(f"{name} is not a valid date and time: {value!r}") from exc
-    # Compared as aware instants (no arithmetic, so no OverflowError):
-    # 0001-01-01T00:30+01:00 is before year 1 in UTC, and every later step
-    # (to UTC, + a horizon, a cron's next slot) would overflow.
-    if not EARLIEST <= parsed < LATEST:
-        raise ValueError(
-            f"{name} must be from {format_utc(EARLIEST)} and before {format_utc(LATEST)}"
-        )
-    return parsed
-
-
-@lru_cache(maxsize=1024)
-def _utc_instant(value: str) -> datetime:
-    """A runAt the validator accepted, in UTC: a batch's jobs usually share
-    one, and a single create's repeat (a retry) has the same."""
-    return parse_rfc3339(value, "runAt").astimezone(UTC)
-
-
-# The instants the API accepts: later steps add hours or years to them.
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(9000, 1, 1, tzinfo=UTC)
-
-
-Rfc3339 = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
-
-
-def format_utc(value: datetime) -> str:
-    """Times leave the API in UTC with a ``Z``, whatever the database session's zone."""
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
 
 UtcDatetime = Annotated[datetime, PlainSerializer(format_utc, return_type=str)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=False)
-
-
-class HttpTargetIn(_Strict):
-    kind: Literal["HTTP"]
-    url: str = Field(
-        min_length=1,
-        max_length=2048,
-        description="An absolute http(s) URL, ASCII, its host among those granted to the "
-        "owner; addresses that are not public are refused unless the operator allows them.",
-    )
-    headers: dict[str, str] | None = Field(
-        None,
-        description="Extra request headers. Credentials, hop-by-hop and forwarding headers "
-        "(the operator's deny list), Vakit-* and Webhook-* are refused.",
-    )
-
-    @field_validator("headers")
-    @classmethod
-    def _headers(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return value
-        if len(value) > 20:
-            raise ValueError("at most 20 extra headers")
-        for name, val in value.items():
-            if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", name):
-                raise ValueError(f"invalid header name {name!r}")
-            if len(val) > 1024 or "\r" in val or "\n" in val:
-                raise ValueError(f"invalid value for header {name!r}")
-        # Which names may be set is the operator's and Vakit's choice
-        # (cluster.targets.scope), checked with the owner's grants.
-        return value
-
-
-class KafkaTargetIn(_Strict):
-    kind: Literal["KAFKA"]
-    topic: str = Field(
-        pattern=r"^[A-Za-z0-9._-]{1,249}$",
-        description="Starts with a prefix granted to the owner; names starting with '_', "
-        "'.' and '..' are refused.",
-    )
-    key: str | None = Field(None, max_length=1024)
-
-
-class NoopTargetIn(_Strict):
-    kind: Literal["NOOP"]
-
-
-TargetIn = Annotated[HttpTargetIn | KafkaTargetIn | NoopTargetIn, Field(discriminator="kind")]
-
-
-def target_dict(target: HttpTargetIn | KafkaTargetIn | NoopTargetIn) -> dict[str, Any]:
-    """``target.model_dump(exclude_none=True)``: the fields that are set, in
-    their order. Every create makes one (1,000 a batch), and model_dump's
-    dozen keyword arguments cost 1.0 us where the fields' own dict costs 0.4;
-    a target's fields are plain values (a headers dict, no models inside)."""
-    return {name: value for name, value in target.__dict__.items() if value is not None}
-
-
-class CreateJobIn(_Strict):
-    type: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
-    runAt: Rfc3339
-    target: TargetIn
-    payload: Any = None
-    maxAttempts: int = Field(5, ge=1, le=100)
-    timeoutSeconds: int = Field(60, ge=1, le=86400)
-
-    @field_validator("runAt")
-    @classmethod
-    def _run_at(cls, value: str) -> str:
-        _utc_instant(value)  # parsed once: the handler's run_at() is a cache hit
-        return value
-
-    def run_at(self) -> datetime:
-        """``runAt`` as an instant in UTC."""
-        return _utc_instant(self.runAt)
 
 
 class PatchJobIn(_Strict):
@@ -199,7 +71,7 @@ class PatchJobIn(_Strict):
     @field_validator("runAt")
     @classmethod
     def _run_at(cls, value: str) -> str:
-        _utc_instant(value)  # parsed once: the handler's run_at() is a cache hit
+        utc_instant(value)  # parsed once: the handler's run_at() is a cache hit
         return value
 
 
@@ -241,47 +113,9 @@ class JobOut(BaseModel):
     pauseReason: str | None = None
 
 
-def fingerprint(body: BaseModel, exclude: set[str] | None = None) -> str:
-    """A stable digest of a request, to tell a repeat from a reuse of a key.
-
-    ``runAt`` counts as the instant it names, not its spelling: ``…09:30:00Z``
-    and ``…12:30:00+03:00`` are one request. The instant is written as UTC
-    with ``Z`` and no zero fraction, which is how most clients spell it, so
-    the digests of such requests are the ones stored before this rule; a key
-    first used with another spelling before it answers a repeat with 409.
-    The digest is stored with the key, so its recipe must not change again:
-    a repeat sent after an upgrade must still match the first request."""
-    # model_dump's own serializer, called without the wrapper's dozen keyword
-    # arguments (1.5 against 2.1 us an item of a keyed batch); the same dict.
-    data = body.__pydantic_serializer__.to_python(body, mode="json", exclude=exclude)
-    run_at = data.get("runAt")
-    if isinstance(run_at, str):
-        data["runAt"] = _instant_text(run_at)
-    return hashlib.sha256(canonical_json(data)).hexdigest()
-
-
-@lru_cache(maxsize=1024)
-def _instant_text(run_at: str) -> str:
-    """``runAt`` as the fingerprint writes it. Cached as its parse is: the
-    items of a batch often share their instant, and this was a fifth of a
-    keyed item's fingerprint."""
-    return parse_rfc3339(run_at, "runAt").astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 # -- batch create -----------------------------------------------------------
 
 MAX_BATCH = 1000
-
-
-class BatchJobIn(CreateJobIn):
-    """One job of a batch: a single create's body, and its own key."""
-
-    idempotencyKey: str | None = Field(
-        None,
-        min_length=1,
-        max_length=200,
-        description="As the Idempotency-Key header of a single create, per job.",
-    )
 
 
 # Items are validated one by one in the handler, so that one bad job gets its

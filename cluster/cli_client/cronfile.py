@@ -16,10 +16,12 @@ must carry that prefix, and ``apply --prune`` deletes the owner's crons with
 the prefix that the file no longer lists, never any other. Two teams that
 share an owner keep to their own prefixes.
 
-Each cron is validated by the API's own request model
-(:class:`~cluster.api.cron_schemas.CreateCronIn`: unknown fields refused,
-``timeZone`` required), so what lints clean is what the server accepts,
-short of the operator's target allow list.
+Each cron is validated by the server's own document model
+(:class:`~cluster.services.cron_document.CreateCronIn`: unknown fields
+refused, ``timeZone`` required) and its schedule read by the server's own
+builder (:mod:`cluster.cron.definition`), so what lints clean is what the
+server accepts, short of the operator's target allow list and minimum
+interval.
 """
 
 from __future__ import annotations
@@ -33,12 +35,16 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from cluster.api.cron_schemas import CreateCronIn
-from cluster.api.schemas import parse_rfc3339
-from cluster.clock import utc
-from cluster.cron.plan import first_slot
-from cluster.cron.schedule import Fire, InvalidSchedule, parse_schedule
+from cluster.cron.definition import first_slot, parse_terms
+from cluster.cron.schedule import Fire, InvalidSchedule
 from cluster.errors import VakitError
+from cluster.services.cron_document import (
+    DOCUMENT_FIELDS,
+    CreateCronIn,
+    definition_of,
+    document_of,
+    instant,
+)
 
 __all__ = [
     "COMPARED",
@@ -52,12 +58,9 @@ __all__ = [
     "plan_changes",
 ]
 
-# The fields a file sets and apply keeps in step, by their API names.
-COMPARED = (
-    "schedule", "timeZone", "type", "target", "payload", "misfirePolicy", "concurrency",
-    "jitterSeconds", "maxAttempts", "timeoutSeconds", "startingDeadlineSeconds", "enabled",
-    "monthEndPolicy", "dstPolicy", "startAt", "endAt", "maxRuns",
-)  # fmt: skip
+# The fields a file sets and apply keeps in step, by their API names: all
+# of a definition's but its name, which finds it.
+COMPARED = tuple(name for name in DOCUMENT_FIELDS.values() if name != "name")
 _INSTANTS = ("startAt", "endAt")
 
 
@@ -156,19 +159,17 @@ def lint(
             result.errors.append(
                 f"name: {spec.name!r} does not start with {cron_file.owns!r}, the prefix this file owns"
             )
+        definition = definition_of(spec)
         try:
-            schedule = parse_schedule(
-                spec.schedule.strip(), spec.timeZone, seed=spec.name,
-                month_end=spec.monthEndPolicy, dst=spec.dstPolicy,
-            )  # fmt: skip
+            # The name stands for the id the server will draw (H fields' seed).
+            schedule = parse_terms(definition, seed=spec.name)
         except (InvalidSchedule, VakitError) as exc:
             result.errors.append(f"schedule: {exc}")
             continue
         if "h" in spec.schedule.lower() and not spec.schedule.strip().lower().startswith("every"):
             result.notes.append("H fields: the server picks their values from the cron's id; these fires are an example")
-        start = _instant(spec.startAt)
-        end = _instant(spec.endAt)
-        first = first_slot(schedule, now, start, end)
+        end = definition.end_at
+        first = first_slot(schedule, now, definition.start_at, end)
         if first is None:
             result.errors.append("the schedule has no slot between now (or startAt) and endAt")
             continue
@@ -186,18 +187,13 @@ def lint(
     return results
 
 
-def _instant(text: str | None) -> datetime | None:
-    return None if text is None else utc(parse_rfc3339(text))
-
-
 def desired_fields(spec: CreateCronIn) -> dict[str, Any]:
     """What the server will hold for ``spec``, by API field name: defaults
     filled in as the API fills them, so a field left out of the file is put
     back to its default by ``apply``."""
-    values = spec.model_dump()
-    values["target"] = spec.target.model_dump(exclude_none=True)
-    values["schedule"] = spec.schedule.strip()
-    values["type"] = spec.type or spec.name[:64]
+    values = document_of(definition_of(spec))
+    # Instants as the file spells them (compared as instants, shown as written).
+    values["startAt"], values["endAt"] = spec.startAt, spec.endAt
     return {k: values[k] for k in COMPARED}
 
 
@@ -205,7 +201,7 @@ def _same(key: str, have: Any, want: Any) -> bool:
     if key in _INSTANTS:
         if have is None or want is None:
             return have is None and want is None
-        return _instant(str(have)) == _instant(str(want))
+        return instant(str(have)) == instant(str(want))
     return json.dumps(have, sort_keys=True) == json.dumps(want, sort_keys=True)
 
 

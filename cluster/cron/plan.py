@@ -1,4 +1,4 @@
-"""Cron definitions and the pure planning step of the materializer.
+"""The pure planning step of the materializer.
 
 :func:`plan` decides, from a definition, its schedule and "now", which slots
 become occurrences, which are missed (misfire policy, starting deadline) or
@@ -8,7 +8,9 @@ misfire and concurrency rules are tested with a fake clock alone.
 Bounds: no slot after ``end_at`` and no more than ``max_runs`` occurrences
 made by the schedule (manual triggers do not count) are planned; a cron that
 has reached either gets ``next_fire_at`` None and is due no more. ``start_at``
-is applied where the first slot is chosen (:func:`first_slot`).
+is applied where the first slot is chosen
+(:func:`cluster.cron.definition.first_slot`). A stored cron's schedule is
+read by the same :func:`~cluster.cron.definition.parse_terms` that built it.
 """
 
 from __future__ import annotations
@@ -19,14 +21,8 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 import shardmap
-from cluster.cron.schedule import (
-    DstPolicy,
-    Fire,
-    MonthEndPolicy,
-    Schedule,
-    parse_schedule,
-    stable_jitter,
-)
+from cluster.cron.definition import parse_terms
+from cluster.cron.schedule import Fire, Schedule, stable_jitter
 from cluster.model import Occurrence
 
 __all__ = [
@@ -36,7 +32,6 @@ __all__ = [
     "Slots",
     "cron_slot",
     "exhausted",
-    "first_slot",
     "plan",
     "schedule_of",
 ]
@@ -100,37 +95,7 @@ class Slots(Protocol):
 def schedule_of(cron: CronTiming, min_interval: timedelta = timedelta(0)) -> Schedule:
     # Stored definitions were validated against the operator's minimum when
     # written; reading them back must not fail if that minimum changed since.
-    return parse_schedule(
-        cron.schedule,
-        cron.time_zone,
-        seed=cron.id_text,
-        min_interval=min_interval,
-        anchor=cron.anchor,
-        month_end=_month_end(cron.month_end_policy),
-        dst=_dst(cron.dst_policy),
-    )
-
-
-def _month_end(value: str) -> MonthEndPolicy:
-    return "CLAMP" if value == "CLAMP" else "SKIP"
-
-
-def _dst(value: str) -> DstPolicy:
-    return "SKIP" if value == "SKIP" else "BOTH" if value == "BOTH" else "CRONIE"
-
-
-def first_slot(
-    schedule: Slots, now: datetime, start_at: datetime | None, end_at: datetime | None
-) -> datetime | None:
-    """Where a new (or re-timed) cron starts: its first slot after ``now``,
-    and not before ``start_at``; None when that is past ``end_at``."""
-    after = now
-    if start_at is not None and start_at > now:
-        after = start_at - timedelta(microseconds=1)  # a slot at start_at itself counts
-    fire = schedule.next_fire(after)
-    if fire is None or (end_at is not None and fire.scheduled_for > end_at):
-        return None
-    return fire.scheduled_for
+    return parse_terms(cron, seed=cron.id_text, anchor=cron.anchor, min_interval=min_interval)
 
 
 def exhausted(cron: CronTiming) -> bool:

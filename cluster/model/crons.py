@@ -3,14 +3,18 @@ cron store seam and the materializer."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, NamedTuple
 
 import shardmap
 
 __all__ = [
+    "TIMING_FIELDS",
+    "CronDefinition",
     "CronRecord",
     "CronRun",
     "CronRunsParams",
@@ -49,6 +53,99 @@ def _last_result(row: dict[str, Any]) -> dict[str, Any]:
     if recent_at is not None and (at is None or recent_at >= at):
         status, at = recent, recent_at
     return {"last_result": status, "last_result_at": at}
+
+
+# What a definition's fingerprint reads, always.
+_DEFINING = (
+    "schedule", "time_zone", "type", "target", "payload", "misfire_policy", "concurrency",
+    "jitter_seconds", "max_attempts", "timeout_seconds", "starting_deadline_seconds", "enabled",
+)  # fmt: skip
+# Fields added later count only when set: a cron defined before them keeps
+# its fingerprint, so repeating its create is still a 200, not a 409.
+_OPTIONAL_DEFAULTS: dict[str, Any] = {
+    "month_end_policy": "SKIP", "dst_policy": "CRONIE", "start_at": None, "end_at": None,
+    "max_runs": None,
+}  # fmt: skip
+# The fields that say when a cron fires: a change to any of them picks the
+# first slot again; a change to none keeps the slot the materializer is at.
+TIMING_FIELDS = (
+    "schedule", "time_zone", "enabled", "month_end_policy", "dst_policy", "start_at", "end_at",
+    "max_runs",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class CronDefinition:
+    """A cron job as its owner defines it, whatever the door (the API, a
+    crons-as-code file, the benchmarks): the one shape the builder
+    (:func:`cluster.cron.definition.build_cron`) checks and turns into a
+    :class:`CronRecord`.
+
+    ``type`` None means the name's first 64 characters (what the record
+    holds); the fingerprint reads it as given, so a repeat of a create
+    that left it out still matches. Instants are aware UTC datetimes."""
+
+    name: str
+    schedule: str
+    time_zone: str
+    target: dict[str, Any]
+    type: str | None = None
+    payload: Any = None
+    misfire_policy: str = "RUN_ONCE"
+    concurrency: str = "ALLOW"
+    jitter_seconds: int = 0
+    max_attempts: int = 3
+    timeout_seconds: int = 60
+    starting_deadline_seconds: int | None = None
+    enabled: bool = True
+    month_end_policy: str = "SKIP"
+    dst_policy: str = "CRONIE"
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_runs: int | None = None
+
+    @property
+    def record_type(self) -> str:
+        """The job type its occurrences carry."""
+        return self.type or self.name[:64]
+
+    def fingerprint(self) -> str:
+        """A stable digest of what the definition says (its name aside): a
+        create that repeats a name with the same digest is a repeat (200),
+        with another a conflict (409). Stored: the recipe must not change."""
+        defining = {k: getattr(self, k) for k in _DEFINING}
+        for key, default in _OPTIONAL_DEFAULTS.items():
+            value = getattr(self, key)
+            if value != default:
+                defining[key] = value
+        canonical = json.dumps(defining, sort_keys=True, default=str)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def record(
+        self,
+        *,
+        id: uuid.UUID,
+        owner: str,
+        schedule_kind: str,
+        anchor: datetime,
+        next_fire_at: datetime | None,
+    ) -> CronRecord:
+        """The record that keeps this definition (what a builder decided:
+        its id, its schedule's kind and anchor, its first slot)."""
+        values = {name: getattr(self, name) for name in _DEFINITION_FIELDS}
+        values["type"] = self.record_type
+        return CronRecord(
+            id=id,
+            owner=owner,
+            schedule_kind=schedule_kind,
+            anchor=anchor,
+            next_fire_at=next_fire_at,
+            fingerprint=self.fingerprint(),
+            **values,
+        )
+
+
+_DEFINITION_FIELDS = tuple(f.name for f in fields(CronDefinition))
 
 
 @dataclass(frozen=True)
@@ -99,6 +196,11 @@ class CronRecord:
     @property
     def target_kind(self) -> str:
         return str(self.target["kind"])
+
+    @property
+    def definition(self) -> CronDefinition:
+        """What its owner defined (the type as stored): the base of a change."""
+        return CronDefinition(**{k: getattr(self, k) for k in _DEFINITION_FIELDS})
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> CronRecord:

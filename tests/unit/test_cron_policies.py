@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from cluster.clock import FakeClock
-from cluster.cron.plan import exhausted, first_slot, plan, schedule_of
+from cluster.cron.definition import first_slot
+from cluster.cron.plan import exhausted, plan, schedule_of
 from cluster.cron.schedule import DST_POLICIES, Fire, InvalidSchedule, parse_schedule
 from cluster.leader.materializer import Materializer
 from cluster.model import ClaimParams, CronRecord, FinishParams, GetCronParams, JobResult, Outcome

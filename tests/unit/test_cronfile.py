@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from cluster.api.cron_schemas import CreateCronIn
 from cluster.cli_client.cronfile import FileError, desired_fields, lint, load, plan_changes
+from cluster.services.cron_document import CreateCronIn
 
 NOW = datetime(2027, 3, 1, 12, tzinfo=UTC)
 

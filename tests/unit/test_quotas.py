@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from cluster.api.quotas import OwnerLimits, TokenBucket
 from cluster.config import Settings
 from cluster.errors import Overloaded, ShardUnavailable
 from cluster.model import OwnerCountsParams
+from cluster.services.quotas import OwnerLimits, TokenBucket
 from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
 

@@ -1,9 +1,10 @@
 """The console's pages (``/ui/…``): crons, jobs, dead letters, the cluster.
 
-Each page calls the same functions the ``/api/v1`` routes are (with the
-owner the API's own :meth:`ApiContext.owner_for` gives the session's
-token), so a page shows exactly what the API would answer and acts with
-the same checks: a tenant sees its own jobs and crons, another tenant's job
+Each page calls the same services the ``/api/v1`` routes call
+(:mod:`cluster.services`, with the owner the API's own
+:meth:`ApiContext.owner_for` gives the session's token) and shows their
+results in the API's shapes, so a page shows exactly what the API would
+answer and acts with the same checks: a tenant sees its own jobs and crons, another tenant's job
 is "not found", the cluster page is an operator's. An error the API would
 answer as problem+json is shown as a page with the same status and detail.
 
@@ -27,10 +28,13 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from pydantic import ValidationError
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from cluster.api import cron_actions, job_actions
-from cluster.api import crons as cron_routes
-from cluster.api import jobs as job_routes
-from cluster.api import ops as ops_routes
+from cluster.api.console.lateness_chart import (
+    CHART_H,
+    CHART_W,
+    LATENESS_MINUTES,
+    chart,
+    seconds_text,
+)
 from cluster.api.console.session import (
     Session,
     act_for,
@@ -41,10 +45,19 @@ from cluster.api.console.session import (
     start_session,
 )
 from cluster.api.context import ApiContext
-from cluster.api.operator_schemas import BackfillIn, LatenessMinuteOut, PauseIn
+from cluster.api.cron_actions import backfill_out
+from cluster.api.crons import cron_out, preview_out, runs_out
+from cluster.api.job_actions import page_out, search_params
+from cluster.api.jobs import job_out
+from cluster.api.operator_schemas import BackfillIn
+from cluster.api.ops import lateness_out
 from cluster.api.problems import kind_of
-from cluster.api.schemas import PatchJobIn
+from cluster.api.schemas import PatchJobIn, parse_rfc3339
+from cluster.clock import utc
+from cluster.coordination.report import cluster_status
 from cluster.errors import Forbidden, InvalidRequest, Unauthorized, VakitError
+from cluster.services import cron_actions, crons, job_actions, jobs
+from cluster.services.insight import start_lateness
 
 __all__ = ["STATIC_DIR", "docs_page", "router", "seconds_text"]
 
@@ -91,6 +104,7 @@ def _in_zone(value: datetime | None, zone: str) -> str:
 _env.filters["iso"] = _iso
 _env.filters["in_zone"] = _in_zone
 _env.filters["q"] = lambda value: quote(str(value), safe="")
+_env.filters["seconds"] = seconds_text
 
 
 def _ctx(request: Request) -> ApiContext:
@@ -242,11 +256,12 @@ async def crons_page(request: Request, after: str = "", flash: str | None = None
     try:
         session = session_of(ctx, request)
         owner = session.owner(ctx)
-        page = await cron_routes.list_crons(ctx, owner, limit=100, after=after[:128])
+        page, next_cursor = await crons.list_crons(ctx, owner, after[:128], 100)
     except VakitError as exc:
         return _error(request, exc, session)
     return _page(
-        request, "crons.html", session=session, crons=page.items, next_cursor=page.nextCursor,
+        request, "crons.html", session=session, crons=[cron_out(c, shard) for c, shard in page],
+        next_cursor=next_cursor,
         flash=_flash(flash),
     )  # fmt: skip
 
@@ -258,9 +273,9 @@ async def cron_page(request: Request, cron_id: str, flash: str | None = None) ->
     try:
         session = session_of(ctx, request)
         owner = session.owner(ctx)
-        cron = await cron_routes.get_cron(cron_id, ctx, owner)
-        preview = await cron_routes.preview_cron(cron_id, ctx, owner, from_=None, count=10)
-        runs = await cron_routes.cron_runs(cron_id, ctx, owner, limit=20)
+        cron = cron_out(*await crons.load_cron(ctx, owner, cron_id))
+        preview = preview_out(await crons.preview_cron(ctx, owner, cron_id, None, 10))
+        runs = runs_out(await crons.cron_runs(ctx, owner, cron_id, 20))
     except VakitError as exc:
         return _error(request, exc, session)
     return _page(
@@ -291,7 +306,7 @@ async def cron_backfill(request: Request, cron_id: str) -> Response:
         session = session_of(ctx, request)
         form = await form_of(request)
         owner = session.owner(ctx)
-        cron = await cron_routes.get_cron(cron_id, ctx, owner)
+        cron = cron_out(*await crons.load_cron(ctx, owner, cron_id))
         confirmed = form.get("confirm") == "yes"
         try:
             body = BackfillIn.model_validate({
@@ -300,7 +315,12 @@ async def cron_backfill(request: Request, cron_id: str) -> Response:
             })  # fmt: skip
         except ValidationError as exc:
             raise InvalidRequest(_first_error(exc)) from exc
-        out = await cron_actions.backfill_cron(cron_id, body, ctx, owner)
+        result, next_from = await cron_actions.backfill_cron(
+            ctx, owner, cron_id, utc(parse_rfc3339(body.from_, "from")),
+            utc(parse_rfc3339(body.to, "to")), skip_overlap=body.overlap == "SKIP",
+            rerun=body.rerun, dry_run=body.dryRun,
+        )  # fmt: skip
+        out = backfill_out(result, next_from, body.dryRun)
     except VakitError as exc:
         return _error(request, exc, session)
     return _page(
@@ -326,13 +346,13 @@ async def cron_action(request: Request, cron_id: str, action: str) -> Response:
         owner = session.owner(ctx)
         if action == "pause":
             reason = form.get("reason", "").strip() or f"paused from the console by {session.principal.name}"
-            await cron_actions.pause_cron(cron_id, PauseIn(reason=reason[:500]), ctx, owner)
+            await cron_actions.pause_cron(ctx, owner, cron_id, reason[:500])
             return _back(where, "paused")
         if action == "resume":
-            await cron_actions.resume_cron(cron_id, ctx, owner)
+            await cron_actions.resume_cron(ctx, owner, cron_id)
             return _back(where, "resumed")
         if action == "trigger":
-            await cron_routes.trigger_cron(cron_id, ctx, owner)
+            await crons.trigger_cron(ctx, owner, cron_id)
             return _back(where, "triggered")
         raise InvalidRequest(f"no action {action!r} on a cron job")
     except VakitError as exc:
@@ -359,12 +379,12 @@ async def jobs_page(
     try:
         session = session_of(ctx, request)
         owner = session.owner(ctx)
-        page = await job_actions.search_jobs(
-            ctx, owner, status=[status] if status else None, type=type[:64] or None,
+        page = page_out(await job_actions.search_jobs(ctx, search_params(
+            owner, status=[status] if status else None, type=type[:64] or None,
             cronJobId=cronJobId or None, runAtFrom=runAtFrom or None, runAtTo=runAtTo or None,
             finishedFrom=finishedFrom or None, finishedTo=finishedTo or None, limit=50,
             cursor=cursor[:64] or None, attempts=False,
-        )  # fmt: skip
+        )))  # fmt: skip
     except VakitError as exc:
         return _error(request, exc, session)
     filters = {
@@ -388,7 +408,7 @@ async def _job(request: Request, job_id: str, template: str, flash: str | None) 
     try:
         session = session_of(ctx, request)
         owner = session.owner(ctx)
-        job = await job_routes.get_job(job_id, ctx, owner)
+        job = job_out(*await jobs.get_job(ctx, owner, job_id))
     except VakitError as exc:
         return _error(request, exc, session)
     # The page refreshes itself only while the job may change soon: running,
@@ -424,13 +444,14 @@ async def job_action(request: Request, job_id: str, action: str) -> Response:
                 patch = PatchJobIn.model_validate({"runAt": form.get("runAt", "").strip()})
             except ValidationError as exc:
                 raise InvalidRequest(_first_error(exc), field="runAt") from exc
-            await job_routes.patch_job(job_id, patch, ctx, owner)
+            run_at = utc(parse_rfc3339(patch.runAt, "runAt"))
+            await jobs.reschedule_job(ctx, owner, job_id, run_at)
             return _back(where, "rescheduled")
         if action == "retry":
-            await job_actions.retry_job(job_id, ctx, owner)
+            await job_actions.retry_job(ctx, owner, job_id)
             return _back(where, "retried")
         if action == "cancel":
-            await job_routes.delete_job(job_id, ctx, owner)
+            await jobs.cancel_job(ctx, owner, job_id)
             return _back(where, "cancelled")
         raise InvalidRequest(f"no action {action!r} on a job")
     except VakitError as exc:
@@ -445,11 +466,11 @@ async def dead_letters(request: Request) -> Response:
     try:
         session = session_of(ctx, request)
         owner = session.owner(ctx)
-        page = await job_actions.search_jobs(
-            ctx, owner, status=["FAILED"], type=None, cronJobId=None, runAtFrom=None,
+        page = page_out(await job_actions.search_jobs(ctx, search_params(
+            owner, status=["FAILED"], type=None, cronJobId=None, runAtFrom=None,
             runAtTo=None, finishedFrom=None, finishedTo=None, limit=500, cursor=None,
             attempts=False,
-        )  # fmt: skip
+        )))  # fmt: skip
     except VakitError as exc:
         return _error(request, exc, session)
     groups: dict[tuple[str, str], list[Any]] = collections.defaultdict(list)
@@ -474,17 +495,17 @@ async def retry_group(request: Request) -> Response:
         form = await form_of(request)
         owner = session.owner(ctx)
         kind, error = form.get("type", ""), form.get("error", "")
-        page = await job_actions.search_jobs(
-            ctx, owner, status=["FAILED"], type=kind[:64] or None, cronJobId=None,
+        page = page_out(await job_actions.search_jobs(ctx, search_params(
+            owner, status=["FAILED"], type=kind[:64] or None, cronJobId=None,
             runAtFrom=None, runAtTo=None, finishedFrom=None, finishedTo=None, limit=500,
             cursor=None, attempts=False,
-        )  # fmt: skip
+        )))  # fmt: skip
         jobs = [j for j in page.items if (j.lastError or "") == error]
         results: list[tuple[str, str]] = []
         if form.get("confirm") == "yes":
             for job in jobs:
                 try:
-                    await job_actions.retry_job(job.jobId, ctx, owner)
+                    await job_actions.retry_job(ctx, owner, job.jobId)
                     results.append((job.jobId, "retried"))
                 except VakitError as exc:
                     results.append((job.jobId, exc.message))
@@ -500,20 +521,15 @@ async def retry_group(request: Request) -> Response:
 # -- the cluster -----------------------------------------------------------------------
 
 
-# The lateness chart: the last this many minutes, drawn this large (px).
-LATENESS_MINUTES = 15
-_CHART_W, _CHART_H = 300, 64
-
-
 @router.get("/ui/cluster")
 async def cluster_page(request: Request) -> Response:
     ctx = _ctx(request)
     session: Session | None = None
     try:
         session = session_of(ctx, request)
-        operator = ctx.operator_for(session.authorization)
-        report = await ops_routes.cluster_view(ctx, operator)
-        lateness = await ops_routes.cluster_lateness(ctx, operator, minutes=LATENESS_MINUTES)
+        ctx.operator_for(session.authorization)  # 401, or 403 for a tenant's token
+        report = await cluster_status(ctx.store, ctx.view, coordinated=ctx.view_factory is not None)
+        lateness = lateness_out(await start_lateness(ctx, LATENESS_MINUTES), LATENESS_MINUTES)
     except VakitError as exc:
         return _error(request, exc, session)
     backlogs = [s.get("backlog") or 0 for s in report["shards"]]
@@ -521,48 +537,10 @@ async def cluster_page(request: Request) -> Response:
     by_shard = {s.shard: s for s in lateness.shards}
     return _page(
         request, "cluster.html", session=session, report=report, widest=max([1, *backlogs]),
-        lateness=lateness, chart=_chart(lateness.cluster, last, _CHART_W, _CHART_H),
+        lateness=lateness, chart=chart(lateness.cluster, last, CHART_W, CHART_H),
         shard_lateness=by_shard,
-        shard_charts={s.shard: _chart(s.minutes, last, 90, 20) for s in lateness.shards},
+        shard_charts={s.shard: chart(s.minutes, last, 90, 20) for s in lateness.shards},
     )  # fmt: skip
-
-
-def _chart(series: list[LatenessMinuteOut], last: datetime, width: int, height: int) -> dict[str, Any]:
-    """A sparkline of p50 and p99 by minute, as SVG coordinates: drawn by the
-    server, so the page loads no chart library. x is the minute (the
-    window's first at 0, the current one at ``width``), y the seconds (the
-    window's worst p99 at the top). A minute without attempts has no point."""
-    first = last - timedelta(minutes=LATENESS_MINUTES - 1)
-    top = max((m.p99Seconds for m in series), default=0.0) or 1.0
-    step = width / (LATENESS_MINUTES - 1)
-
-    def points(values: list[tuple[datetime, float]]) -> list[tuple[float, float]]:
-        return [
-            (round((at - first).total_seconds() / 60 * step, 1), round(height - v / top * height, 1))
-            for at, v in values
-            if first <= at <= last
-        ]
-
-    p50 = points([(m.minute, m.p50Seconds) for m in series])
-    p99 = points([(m.minute, m.p99Seconds) for m in series])
-    return {
-        "width": width, "height": height, "top": top, "first": first, "last": last,
-        "p50": p50, "p99": p99,
-        "p50_line": " ".join(f"{x},{y}" for x, y in p50),
-        "p99_line": " ".join(f"{x},{y}" for x, y in p99),
-    }  # fmt: skip
-
-
-def seconds_text(value: float | None) -> str:
-    """A lateness for people: milliseconds below a second, else seconds."""
-    if value is None:
-        return "—"
-    if value < 1:
-        return f"{value * 1000:.0f} ms"
-    return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
-
-
-_env.filters["seconds"] = seconds_text
 
 
 # -- /docs without internet ------------------------------------------------------------
