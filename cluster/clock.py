@@ -13,6 +13,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from cluster.instants import require_aware, utc
+
 __all__ = ["AnchoredClock", "Clock", "FakeClock", "SystemClock", "check_aware", "utc"]
 
 
@@ -102,12 +104,6 @@ class FakeClock:
             self._now = utc(when)
 
 
-def check_aware(value: datetime, name: str = "datetime") -> datetime:
-    """Refuse naive datetimes at the edges: a naive time is a bug waiting for DST."""
-    if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
-        raise ValueError(f"{name} must carry a UTC offset, got naive {value.isoformat()}")
-    return value
-
-
-def utc(value: datetime) -> datetime:
-    return check_aware(value).astimezone(UTC)
+# Kept here for the callers that read them as clock helpers; their home is
+# cluster.instants.
+check_aware = require_aware

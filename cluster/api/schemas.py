@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
 )
 
+from cluster.instants import EARLIEST, LATEST, format_instant, parse_instant, utc
 from cluster.model.jsontext import canonical_json
 
 __all__ = [
@@ -49,66 +50,20 @@ __all__ = [
     "target_dict",
 ]
 
-_RFC3339 = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
-)
-
-
-def parse_rfc3339(value: str, name: str = "time") -> datetime:
-    """RFC 3339 with a mandatory offset; naive or vague times are refused."""
-    if isinstance(value, str):
-        # The validator parses runAt, then the handler needs the datetime:
-        # the second parse of the same text is a cache hit.
-        return _parse_rfc3339(value, name)
-    raise ValueError(
-        f"{name} must be an RFC 3339 timestamp with an offset, e.g. 2026-10-23T14:30:00Z"
-    )
-
-
-@lru_cache(maxsize=1024)
-def _parse_rfc3339(value: str, name: str) -> datetime:
-    match = _RFC3339.match(value)
-    if not match:
-        raise ValueError(
-            f"{name} must be an RFC 3339 timestamp with an offset, e.g. 2026-10-23T14:30:00Z"
-        )
-    text = value.replace("z", "Z").replace("t", "T")
-    fraction = match.group(1)
-    if fraction is not None and len(fraction) > 7:
-        # Python parses at most 6 fractional digits: drop the nanoseconds.
-        text = text.replace(fraction, fraction[:7], 1)
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise ValueError(f"{name} is not a valid date and time: {value!r}") from exc
-    # Compared as aware instants (no arithmetic, so no OverflowError):
-    # 0001-01-01T00:30+01:00 is before year 1 in UTC, and every later step
-    # (to UTC, + a horizon, a cron's next slot) would overflow.
-    if not EARLIEST <= parsed < LATEST:
-        raise ValueError(
-            f"{name} must be from {format_utc(EARLIEST)} and before {format_utc(LATEST)}"
-        )
-    return parsed
+# RFC 3339 in and out: the kernel's (cluster.instants), under the names the
+# API's modules import.
+parse_rfc3339 = parse_instant
+format_utc = format_instant
 
 
 @lru_cache(maxsize=1024)
 def _utc_instant(value: str) -> datetime:
     """A runAt the validator accepted, in UTC: a batch's jobs usually share
     one, and a single create's repeat (a retry) has the same."""
-    return parse_rfc3339(value, "runAt").astimezone(UTC)
-
-
-# The instants the API accepts: later steps add hours or years to them.
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+    return utc(parse_instant(value, "runAt"))
 
 
 Rfc3339 = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
-
-
-def format_utc(value: datetime) -> str:
-    """Times leave the API in UTC with a ``Z``, whatever the database session's zone."""
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 UtcDatetime = Annotated[datetime, PlainSerializer(format_utc, return_type=str)]
@@ -265,7 +220,7 @@ def _instant_text(run_at: str) -> str:
     """``runAt`` as the fingerprint writes it. Cached as its parse is: the
     items of a batch often share their instant, and this was a fifth of a
     keyed item's fingerprint."""
-    return parse_rfc3339(run_at, "runAt").astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return format_instant(parse_instant(run_at, "runAt"))
 
 
 # -- batch create -----------------------------------------------------------

@@ -34,11 +34,10 @@ import yaml
 from pydantic import ValidationError
 
 from cluster.api.cron_schemas import CreateCronIn
-from cluster.api.schemas import parse_rfc3339
-from cluster.clock import utc
 from cluster.cron.plan import first_slot
 from cluster.cron.schedule import Fire, InvalidSchedule, parse_schedule
 from cluster.errors import VakitError
+from cluster.instants import parse_instant, utc
 
 __all__ = [
     "COMPARED",
@@ -187,7 +186,7 @@ def lint(
 
 
 def _instant(text: str | None) -> datetime | None:
-    return None if text is None else utc(parse_rfc3339(text))
+    return None if text is None else utc(parse_instant(text))
 
 
 def desired_fields(spec: CreateCronIn) -> dict[str, Any]:

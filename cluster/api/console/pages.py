@@ -45,6 +45,7 @@ from cluster.api.operator_schemas import BackfillIn, LatenessMinuteOut, PauseIn
 from cluster.api.problems import kind_of
 from cluster.api.schemas import PatchJobIn
 from cluster.errors import Forbidden, InvalidRequest, Unauthorized, VakitError
+from cluster.instants import format_instant
 
 __all__ = ["STATIC_DIR", "docs_page", "router", "seconds_text"]
 
@@ -74,7 +75,7 @@ _HEADERS = {
 def _iso(value: datetime | None) -> str:
     """The UTC instant, as the API writes it (a database session in another
     zone hands back its own offset)."""
-    return "" if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return "" if value is None else format_instant(value)
 
 
 def _in_zone(value: datetime | None, zone: str) -> str:
