@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from cluster.instants import format_instant
-from cluster.model import ClaimedJob
+
+if TYPE_CHECKING:
+    # Annotations only: the CLI reads the kinds (cluster.targets.kinds) and
+    # should not pay for the model's imports.
+    from cluster.model import ClaimedJob
 
 __all__ = ["FireResult", "Target", "firing_body", "idempotency_key"]
 
