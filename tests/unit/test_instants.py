@@ -7,7 +7,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from cluster.instants import EARLIEST, LATEST, format_instant, parse_instant, require_aware, utc
+from cluster.instants import (
+    EARLIEST,
+    LATEST,
+    format_as_stored,
+    format_instant,
+    parse_instant,
+    require_aware,
+    utc,
+)
 
 
 def test_utc_is_written_with_z_and_no_fraction_on_whole_seconds() -> None:
@@ -30,6 +38,24 @@ def test_other_offsets_are_written_in_utc() -> None:
     # A UTC that is not the datetime.UTC object is still UTC.
     assert format_instant(datetime(2026, 1, 1, tzinfo=ZoneInfo("UTC"))) == "2026-01-01T00:00:00Z"
     assert format_instant(datetime(2026, 1, 1, tzinfo=timezone(timedelta(0)))) == "2026-01-01T00:00:00Z"
+
+
+def test_firings_write_the_stored_instant_byte_for_byte() -> None:
+    # What targets wrote before cluster.instants: isoformat(), +00:00 as Z,
+    # whatever offset the database session handed out.
+    values = [
+        datetime(2031, 3, 4, 5, 6, 7, tzinfo=UTC),
+        datetime(2031, 3, 4, 5, 6, 7, 890000, tzinfo=UTC),
+        datetime(2031, 3, 4, 5, 6, 7, 1, tzinfo=ZoneInfo("UTC")),
+        datetime(2031, 3, 4, 10, 36, 7, 433447, tzinfo=ZoneInfo("Asia/Kolkata")),
+        datetime(2031, 3, 4, 5, 6, 7, tzinfo=timezone(timedelta(hours=-3))),
+    ]
+    for value in values:
+        assert format_as_stored(value) == value.isoformat().replace("+00:00", "Z")
+    assert format_as_stored(values[1]) == "2031-03-04T05:06:07.890000Z"
+    assert format_as_stored(values[3]) == "2031-03-04T10:36:07.433447+05:30"
+    # The same instants in UTC are format_instant's.
+    assert format_instant(values[3]) == "2031-03-04T05:06:07.433447Z"
 
 
 def test_naive_is_refused_everywhere() -> None:
