@@ -163,6 +163,15 @@ class TargetKinds:
     def get(self, name: object) -> TargetKind | None:
         return self._kinds.get(name) if isinstance(name, str) else None
 
+    def _of(self, spec: Spec) -> TargetKind | None:
+        # A worker asks this per firing (limit key, metric cache): a plain
+        # dict look-up, no isinstance; a stored kind is a string, but an
+        # unhashable one must not stop a worker.
+        try:
+            return self._kinds.get(spec.get("kind", ""))
+        except TypeError:
+            return None
+
     def names(self) -> tuple[str, ...]:
         return tuple(self._kinds)
 
@@ -190,15 +199,18 @@ class TargetKinds:
         return check
 
     def address(self, spec: Spec) -> str:
-        kind = self.get(spec.get("kind"))
+        """Where a firing of ``spec`` goes (URL, topic); "" for kinds without one."""
+        try:  # _of, inlined: a worker asks this for every firing
+            kind = self._kinds.get(spec.get("kind", ""))
+        except TypeError:
+            return ""
         return "" if kind is None else kind.address(spec)
 
     def limit_key(self, spec: Spec) -> str:
         """What a per-target limit applies to (VAKIT_TARGET_LIMITS)."""
-        name = spec.get("kind")
-        kind = self.get(name)
+        kind = self._of(spec)
         if kind is None or kind.limit_key is None:
-            return str(name).lower()
+            return str(spec.get("kind")).lower()
         return kind.limit_key(kind.address(spec))
 
     def cli_options(self) -> list[tuple[str, CliOption]]:

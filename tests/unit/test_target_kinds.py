@@ -108,7 +108,7 @@ def test_the_cli_names_targets_by_the_registered_options() -> None:
         "url": "https://h/x",
     }
     for both_or_none in ({"url": "u", "kafka_topic": "t"}, {"url": None, "kafka_topic": None}):
-        with pytest.raises(click.UsageError, match="^give one target: --url or --kafka-topic$"):
+        with pytest.raises(click.UsageError, match=r"^give one target: --url or --kafka-topic$"):
             _target_from_flags(both_or_none)
 
 
