@@ -1,4 +1,5 @@
-"""Targets: where a job fires. The contract, and the registry by kind.
+"""Targets: where a job fires. The contract; the kinds are described and
+registered in :mod:`cluster.targets.kinds` (see :mod:`cluster.targets.registry`).
 
 A target receives what a receiver needs to make the effect happen once:
 ``jobId``, ``scheduledFor`` (the logical time) and ``attempt``. It never runs
