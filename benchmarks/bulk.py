@@ -21,6 +21,7 @@ import psycopg
 
 import shardmap
 from benchmarks.sql import query
+from cluster.instants import require_aware
 
 __all__ = ["JobSpec", "LoadResult", "copy_jobs", "route_ids"]
 
@@ -42,8 +43,7 @@ class JobSpec:
     timeout_seconds: int = 30
 
     def __post_init__(self) -> None:
-        if self.run_at.tzinfo is None:
-            raise ValueError("run_at must carry a UTC offset")
+        require_aware(self.run_at, "run_at")
 
     def line_tail(self) -> str:
         """Everything after the id of one COPY text line, newline included."""

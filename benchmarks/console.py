@@ -46,6 +46,7 @@ from benchmarks.harness import (
     setup_logging,
     terminate_on_sigterm,
 )
+from cluster.instants import format_instant
 from cluster.model import LastSuccessParams
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
@@ -181,8 +182,8 @@ def pages(dsns: list[str], crons: int) -> list[tuple[str, str]]:
     cron_text = shardmap.encode_id("cron", row[0])
     job_text = shardmap.encode_id("job", row[1])
     now = datetime.now(UTC).replace(microsecond=0)
-    day_ago = (now - timedelta(days=1)).isoformat().replace("+00:00", "Z")
-    hour_ago = (now - timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+    day_ago = format_instant(now - timedelta(days=1))
+    hour_ago = format_instant(now - timedelta(hours=1))
     return [
         ("tenant", "/ui/crons"),
         ("tenant", "/ui/crons?" + urlencode({"after": f"report-{crons // 2:06d}"})),

@@ -39,6 +39,7 @@ import orjson
 from benchmarks.harness import BenchCluster, ClusterSpec
 from benchmarks.leanhttp import LeanClient
 from benchmarks.report import machine_info
+from cluster.instants import format_instant
 
 __all__ = ["main", "measure", "total_instructions"]
 
@@ -65,7 +66,7 @@ def _job(n: int, run_at: str) -> dict[str, Any]:
 async def _drive(url: str, token: str, requests: int, batch: int | None) -> None:
     """``requests`` creates (single, or batches of ``batch``), one at a time."""
     client = LeanClient(url, {"Authorization": f"Bearer {token}"}, connections=1)
-    run_at = (datetime.now(UTC) + timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+    run_at = format_instant(datetime.now(UTC) + timedelta(hours=1))
     try:
         for n in range(requests):
             if batch is None:

@@ -46,6 +46,7 @@ from aiohttp import web
 from benchmarks.progress import Progress
 from benchmarks.report import machine_info, summary_line, write_report
 from benchmarks.stats import summarize
+from cluster.instants import format_instant, parse_instant
 
 __all__ = ["RemoteOptions", "histogram_quantile", "main", "parse_buckets", "run"]
 
@@ -225,9 +226,7 @@ class Receiver:
             deliveries += 1
             job_id = request.headers.get("Vakit-Job-Id", "")
             if job_id not in first:
-                scheduled = datetime.fromisoformat(
-                    request.headers["Vakit-Scheduled-For"].replace("Z", "+00:00")
-                )
+                scheduled = parse_instant(request.headers["Vakit-Scheduled-For"])
                 first[job_id] = (now, now - scheduled.timestamp())
                 count.value += 1
             return web.Response(status=200)
@@ -277,7 +276,7 @@ async def _create(opts: RemoteOptions, target_url: str, run_at: datetime, run_id
     """Create ``opts.jobs`` jobs due at ``run_at``; returns (created, seconds)."""
     headers = {"Authorization": f"Bearer {opts.token}", "Content-Type": "application/json"}
     url = opts.api_url.rstrip("/") + "/api/v1/jobs:batch"
-    when = run_at.isoformat().replace("+00:00", "Z")
+    when = format_instant(run_at)
     progress = Progress("jobs created", opts.jobs)
     created = 0
     throttled = 0

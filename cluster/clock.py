@@ -13,7 +13,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-__all__ = ["AnchoredClock", "Clock", "FakeClock", "SystemClock", "check_aware", "utc"]
+from cluster.instants import utc
+
+__all__ = ["AnchoredClock", "Clock", "FakeClock", "SystemClock"]
 
 
 class Clock(Protocol):
@@ -101,13 +103,3 @@ class FakeClock:
         with self._lock:
             self._now = utc(when)
 
-
-def check_aware(value: datetime, name: str = "datetime") -> datetime:
-    """Refuse naive datetimes at the edges: a naive time is a bug waiting for DST."""
-    if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
-        raise ValueError(f"{name} must carry a UTC offset, got naive {value.isoformat()}")
-    return value
-
-
-def utc(value: datetime) -> datetime:
-    return check_aware(value).astimezone(UTC)

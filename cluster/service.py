@@ -32,11 +32,8 @@ from cluster.model import BacklogParams
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
 from cluster.targets import Target
-from cluster.targets.http import HttpTarget
-from cluster.targets.noop import NoopTarget
-from cluster.targets.policy import AddressPolicy
-from cluster.targets.scope import TargetScope
-from cluster.targets.signing import Signer
+from cluster.targets.kinds import KINDS
+from cluster.targets.registry import TargetEnv
 from cluster.worker.worker import Worker, default_worker_id
 
 if TYPE_CHECKING:
@@ -47,31 +44,9 @@ __all__ = ["api_app", "build_targets", "make_coordinator", "run_api", "run_worke
 log = logging.getLogger(__name__)
 
 
-def build_scope(settings: Settings) -> TargetScope:
-    """The operator's per-owner grants and header deny list (API and workers alike)."""
-    return TargetScope(
-        settings.target_grants,
-        require_grants=settings.require_target_grants,
-        header_deny=settings.target_header_deny,
-    )
-
-
 def build_targets(settings: Settings) -> dict[str, Target]:
-    policy = AddressPolicy.from_list(
-        settings.http_target_allow, allow_private=settings.allow_private_targets
-    )
-    scope = build_scope(settings)
-    signer = Signer(settings.signing_secrets)
-    targets: dict[str, Target] = {
-        "HTTP": HttpTarget(policy, settings.http_pool_size, scope=scope, signer=signer)
-    }
-    if settings.enable_noop_target:
-        targets["NOOP"] = NoopTarget()
-    if settings.kafka_bootstrap:
-        from cluster.targets.kafka import KafkaTarget
-
-        targets["KAFKA"] = KafkaTarget(settings.kafka_bootstrap, scope=scope, signer=signer)
-    return targets
+    """A worker's targets: one of each kind this deployment offers."""
+    return KINDS.build(TargetEnv.from_settings(settings))
 
 
 def make_coordinator(settings: Settings, worker_id: str) -> Coordinator:

@@ -33,8 +33,9 @@ from cluster.errors import Forbidden, InvalidRequest, PayloadTooLarge, Unauthori
 from cluster.model.jsontext import json_bytes
 from cluster.services.quotas import OwnerLimits
 from cluster.store.base import CronStore, Store
-from cluster.targets.policy import AddressPolicy, TargetRefused
-from cluster.targets.scope import TargetScope
+from cluster.targets.kinds import KINDS
+from cluster.targets.policy import TargetRefused
+from cluster.targets.registry import TargetEnv
 
 __all__ = [
     "ApiContext",
@@ -76,9 +77,10 @@ class ApiContext:
         self.shards = shardmap.ShardMap(store.shard_count)
         # A job due later than now + this is created in the far table.
         self.far_horizon = timedelta(seconds=settings.far_horizon_seconds)
-        self.policy = AddressPolicy.from_list(
-            settings.http_target_allow, allow_private=settings.allow_private_targets
-        )
+        targets = TargetEnv.from_settings(settings)
+        self.policy = targets.policy
+        # Each kind's create-time check (cluster.targets.kinds).
+        self._check_target = KINDS.checker(targets)
         # By the SHA-256 of the token: finding a token is one hash and one
         # dict lookup whatever the number of tokens, and what a lookup's
         # timing could reveal is a prefix of a digest, not of a token.
@@ -88,12 +90,7 @@ class ApiContext:
                 raw = token.encode()
                 self._tokens[hashlib.sha256(raw).digest()] = (raw, Principal(name, operator))
         self._verified: dict[str, Principal] = {}
-        self.scope = TargetScope(
-            settings.target_grants,
-            require_grants=settings.require_target_grants,
-            header_deny=settings.target_header_deny,
-        )
-        self._allowed_urls: set[tuple[str, str]] = set()
+        self.scope = targets.scope
         # (owner, Idempotency-Key) of the keyed creates this process is serving.
         self.keys_in_flight: set[tuple[str, str]] = set()
         # Builds the ZooKeeper view of the cluster; None without ZooKeeper.
@@ -157,37 +154,10 @@ class ApiContext:
     def check_target(self, target: dict[str, Any], owner: str) -> None:
         """Targets this deployment refuses, or does not grant ``owner``, are
         a 422 at create time, not a failure at firing time."""
-        kind = target["kind"]
         try:
-            if kind == "HTTP":
-                self.scope.check_headers(target.get("headers"))
-                self._check_url(target["url"], owner)
-            elif kind == "KAFKA" and self.settings.kafka_bootstrap:
-                self.scope.check_topic(owner, target["topic"])
+            self._check_target(target, owner)
         except TargetRefused as exc:
             raise InvalidRequest(str(exc), field=exc.field) from exc
-        if kind == "NOOP" and not self.settings.enable_noop_target:
-            raise InvalidRequest(
-                "the NOOP target is for benchmarks and is disabled (VAKIT_ENABLE_NOOP_TARGET)",
-                field="target.kind",
-            )
-        elif kind == "KAFKA" and not self.settings.kafka_bootstrap:
-            raise InvalidRequest(
-                "no Kafka cluster is configured for this Vakit (VAKIT_KAFKA_BOOTSTRAP)",
-                field="target.kind",
-            )
-
-    def _check_url(self, url: str, owner: str) -> None:
-        key = (owner, url)
-        if key in self._allowed_urls:
-            return
-        self.scope.check_http(owner, self.policy.parse(url))
-        # The check is a pure function of the owner and the URL, and a batch
-        # (or a client's stream of creates) sends the same few URLs again and
-        # again: remember the accepted ones, within a bound.
-        if len(self._allowed_urls) >= 10_000:
-            self._allowed_urls.clear()
-        self._allowed_urls.add(key)
 
     def check_payload(self, payload: Any) -> None:
         limit = self.settings.max_payload_bytes

@@ -14,8 +14,7 @@ from cluster.api.context import Ctx, Owner
 from cluster.api.cron_schemas import CronOut
 from cluster.api.crons import cron_out
 from cluster.api.operator_schemas import BackfillIn, BackfillOut, BackfillSlotOut, PauseIn, problems
-from cluster.api.schemas import parse_rfc3339
-from cluster.clock import utc
+from cluster.instants import parse_instant, utc
 from cluster.model import BackfillResult
 from cluster.services import cron_actions as actions
 
@@ -58,8 +57,8 @@ async def backfill_cron(cron_job_id: str, body: BackfillIn, ctx: Ctx, owner: Own
         ctx,
         owner,
         cron_job_id,
-        utc(parse_rfc3339(body.from_, "from")),
-        utc(parse_rfc3339(body.to, "to")),
+        utc(parse_instant(body.from_, "from")),
+        utc(parse_instant(body.to, "to")),
         skip_overlap=body.overlap == "SKIP",
         rerun=body.rerun,
         dry_run=body.dryRun,

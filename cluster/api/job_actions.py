@@ -24,9 +24,9 @@ from cluster.api.operator_schemas import (
     problems,
 )
 from cluster.api.problems import kind_of
-from cluster.api.schemas import JobOut, parse_rfc3339
-from cluster.clock import utc
+from cluster.api.schemas import JobOut
 from cluster.errors import InvalidRequest
+from cluster.instants import parse_instant, utc
 from cluster.model import JobSearchParams, JobStatus
 from cluster.services import job_actions as actions
 from cluster.services.job_actions import BulkResult, JobPage
@@ -41,7 +41,7 @@ def _time(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None
     try:
-        return utc(parse_rfc3339(value, name))
+        return utc(parse_instant(value, name))
     except ValueError as exc:
         raise InvalidRequest(str(exc), field=name) from exc
 

@@ -34,10 +34,9 @@ from cluster.api.schemas import (
     JobOut,
     PatchJobIn,
     ValidBatchCreateJobsIn,
-    parse_rfc3339,
 )
-from cluster.clock import utc
 from cluster.errors import VakitError
+from cluster.instants import parse_instant, utc
 from cluster.model import CreateResult, JobRecord
 from cluster.services import jobs as job_service
 from cluster.services.jobs import job_id_text, parse_job_id
@@ -269,7 +268,7 @@ async def get_job(job_id: str, ctx: Ctx, owner: Owner) -> JobOut:
 @router.patch("/api/v1/jobs/{job_id}", response_model=JobOut, responses=problem_responses(409))
 async def patch_job(job_id: str, body: PatchJobIn, ctx: Ctx, owner: Owner) -> JobOut:
     """Move ``runAt``; only while the job is SCHEDULED, else 409."""
-    run_at = utc(parse_rfc3339(body.runAt, "runAt"))
+    run_at = utc(parse_instant(body.runAt, "runAt"))
     return job_out(*await job_service.reschedule_job(ctx, owner, job_id, run_at))
 
 

@@ -12,7 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from cluster.api.openapi import problem_responses
-from cluster.api.schemas import JobOut, Rfc3339, UtcDatetime, parse_rfc3339
+from cluster.api.schemas import JobOut, Rfc3339, UtcDatetime
+from cluster.instants import parse_instant
 from cluster.services.cron_actions import MAX_BACKFILL
 from cluster.services.documents import Strict as _Strict
 
@@ -58,7 +59,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 def _rfc3339(value: str | None, name: str) -> str | None:
     if value is not None:
-        parse_rfc3339(value, name)
+        parse_instant(value, name)
     return value
 
 
@@ -148,7 +149,7 @@ class BackfillIn(_Strict):
     @field_validator("from_", "to")
     @classmethod
     def _times(cls, value: str) -> str:
-        parse_rfc3339(value, "time")
+        parse_instant(value, "time")
         return value
 
 

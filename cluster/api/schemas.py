@@ -20,24 +20,19 @@ from pydantic import (
     field_validator,
 )
 
+from cluster.instants import format_instant
 from cluster.services.documents import (
-    EARLIEST,
-    LATEST,
     HttpTargetIn,
     KafkaTargetIn,
     NoopTargetIn,
     Rfc3339,
     TargetIn,
-    format_utc,
-    parse_rfc3339,
     target_dict,
 )
 from cluster.services.documents import Strict as _Strict
 from cluster.services.job_document import BatchJobIn, CreateJobIn, fingerprint, utc_instant
 
 __all__ = [
-    "EARLIEST",
-    "LATEST",
     "MAX_BATCH",
     "AttemptOut",
     "BatchCreateJobsIn",
@@ -56,13 +51,11 @@ __all__ = [
     "TargetIn",
     "ValidBatchCreateJobsIn",
     "fingerprint",
-    "format_utc",
-    "parse_rfc3339",
     "target_dict",
 ]
 
 
-UtcDatetime = Annotated[datetime, PlainSerializer(format_utc, return_type=str)]
+UtcDatetime = Annotated[datetime, PlainSerializer(format_instant, return_type=str)]
 
 
 class PatchJobIn(_Strict):

@@ -21,6 +21,8 @@ import yaml
 
 from cluster.cli_client.http import ApiClient, ApiError, Unreachable
 from cluster.cli_client.output import FORMATS, emit, table
+from cluster.targets.kinds import KINDS
+from cluster.targets.registry import CliOption
 
 if TYPE_CHECKING:
     from cluster.cli_client.cronfile import Change, CronFile, LintResult
@@ -281,13 +283,24 @@ def crons_get(call: Call, cron: str) -> None:
         click.echo(f"{key + ':':<26}{shown}")
 
 
+def _param(option: CliOption) -> str:
+    """The name click gives an option's value: ``--kafka-topic`` is ``kafka_topic``."""
+    return option.flag.lstrip("-").replace("-", "_")
+
+
+def _target_options(command: F) -> F:
+    """One option per target kind that has one (``--url``, ``--kafka-topic``)."""
+    for _, option in reversed(KINDS.cli_options()):
+        command = click.option(option.flag, help=option.help)(command)
+    return command
+
+
 @api_command(crons, "create")
 @click.option("-f", "--file", "path", type=click.Path(exists=True, dir_okay=False), help="One cron definition (YAML or JSON), as POST /cron-jobs takes it.")
 @click.option("--name")
 @click.option("--schedule", help="'0 2 * * *', '@daily', 'every 15m' …")
 @click.option("--time-zone", "time_zone", help="IANA zone, required: e.g. Europe/Istanbul.")
-@click.option("--url", help="HTTP target URL.")
-@click.option("--kafka-topic", help="Kafka target topic (instead of --url).")
+@_target_options
 @click.option("--payload", help="JSON payload.")
 @click.option("--type", "type_")
 @click.option("--misfire-policy", type=click.Choice(["RUN_ALL", "RUN_ONCE", "SKIP"]))
@@ -313,13 +326,21 @@ def crons_create(call: Call, path: str | None, **flags: Any) -> None:
     call.emit(created, CRON_COLUMNS)
 
 
+def _target_from_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """The one target the options name: each kind's option gives its field."""
+    options = KINDS.cli_options()
+    given = [(kind, option) for kind, option in options if flags[_param(option)]]
+    if len(given) != 1:
+        raise click.UsageError("give one target: " + " or ".join(o.flag for _, o in options))
+    kind, option = given[0]
+    return {"kind": kind, option.field: flags[_param(option)]}
+
+
 def _body_from_flags(flags: dict[str, Any]) -> dict[str, Any]:
     missing = [f"--{k.replace('_', '-')}" for k in ("name", "schedule", "time_zone") if not flags[k]]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (or give the definition with -f)")
-    if bool(flags["url"]) == bool(flags["kafka_topic"]):
-        raise click.UsageError("give one target: --url or --kafka-topic")
-    target = {"kind": "HTTP", "url": flags["url"]} if flags["url"] else {"kind": "KAFKA", "topic": flags["kafka_topic"]}
+    target = _target_from_flags(flags)
     body: dict[str, Any] = {
         "name": flags["name"], "schedule": flags["schedule"], "timeZone": flags["time_zone"],
         "target": target,

@@ -14,7 +14,6 @@ import json
 import logging
 import re
 import time
-from datetime import datetime
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -22,8 +21,8 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.retry import ForceRetryError, KazooRetry
 
-from cluster.clock import utc
 from cluster.coordination.base import Member
+from cluster.instants import format_instant, parse_instant, utc
 
 __all__ = [
     "CONTENDER_RE",
@@ -47,7 +46,7 @@ CONTENDER_RE = re.compile(r"__lock__(-?\d{10})$")
 
 
 def member_to_json(member: Member) -> bytes:
-    started = utc(member.started_at).isoformat().replace("+00:00", "Z")
+    started = format_instant(member.started_at)
     record = {
         "id": member.id,
         "host": member.host,
@@ -65,7 +64,7 @@ def member_from_json(data: bytes) -> Member:
         host=str(record["host"]),
         pid=int(record["pid"]),
         version=str(record["version"]),
-        started_at=utc(datetime.fromisoformat(record["startedAt"])),
+        started_at=utc(parse_instant(record["startedAt"], "startedAt")),
     )
 
 

@@ -53,7 +53,6 @@ from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from typing import ClassVar, Literal
 
-from cluster.clock import utc
 from cluster.cron.expression import (
     MAX_EXPRESSION_LENGTH,
     MAX_INTERVAL,
@@ -65,6 +64,7 @@ from cluster.cron.expression import (
     slot_seconds,
     stable_digest,
 )
+from cluster.instants import utc
 
 __all__ = [
     "DST_POLICIES",

@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
+from cluster.instants import format_instant
+
 __all__ = ["run_demo"]
 
 
@@ -71,7 +73,7 @@ def run_demo(api: str, token: str, stop: threading.Event) -> None:
             ("REPORT", 7, {"day": now.date().isoformat()}),
         ]
     ):
-        run_at = (now + timedelta(seconds=delay)).isoformat().replace("+00:00", "Z")
+        run_at = format_instant(now + timedelta(seconds=delay))
         body = {
             "type": kind,
             "runAt": run_at,

@@ -16,16 +16,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from cluster.clock import utc
+from cluster.instants import format_instant, parse_instant, utc
 from cluster.model import CronDefinition
-from cluster.services.documents import (
-    Rfc3339,
-    Strict,
-    TargetIn,
-    format_utc,
-    parse_rfc3339,
-    target_dict,
-)
+from cluster.services.documents import Rfc3339, Strict, TargetIn, target_dict
 
 __all__ = [
     "DOCUMENT_FIELDS",
@@ -69,13 +62,13 @@ class Bounds(Strict):
     @classmethod
     def _instant(cls, value: str | None) -> str | None:
         if value is not None:
-            parse_rfc3339(value, "time")
+            parse_instant(value, "time")
         return value
 
     @model_validator(mode="after")
     def _ordered(self) -> Bounds:
         start, end = getattr(self, "startAt", None), getattr(self, "endAt", None)
-        if start is not None and end is not None and parse_rfc3339(start) > parse_rfc3339(end):
+        if start is not None and end is not None and parse_instant(start) > parse_instant(end):
             raise ValueError("startAt must not be after endAt")
         return self
 
@@ -111,7 +104,7 @@ class CreateCronIn(Bounds):
 
 def instant(text: str | None) -> datetime | None:
     """An RFC 3339 text (validated already) as an aware UTC datetime."""
-    return None if text is None else utc(parse_rfc3339(text))
+    return None if text is None else utc(parse_instant(text))
 
 
 # A definition's fields by their names in a document (the API's), in order.
@@ -149,7 +142,7 @@ def document_of(definition: CronDefinition, *, compact: bool = False) -> dict[st
         value = getattr(definition, attr)
         if compact and attr in _DEFAULTS and value == _DEFAULTS[attr]:
             continue
-        out[name] = format_utc(value) if isinstance(value, datetime) else value
+        out[name] = format_instant(value) if isinstance(value, datetime) else value
     if not compact:
         out["type"] = definition.record_type
     return out

@@ -18,11 +18,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import shardmap
-from cluster.clock import utc
 from cluster.cron.definition import FirstSlots, build_cron
 from cluster.cron.plan import cron_slot, schedule_of
 from cluster.cron.schedule import Fire
 from cluster.errors import Conflict, InvalidRequest, NotFound, VakitError
+from cluster.instants import parse_instant, utc
 from cluster.model import (
     TIMING_FIELDS,
     CronDefinition,
@@ -37,7 +37,6 @@ from cluster.model import (
 )
 from cluster.services.batches import write_by_shard
 from cluster.services.context import Services
-from cluster.services.documents import parse_rfc3339
 
 __all__ = [
     "BatchOutcomes",
@@ -239,7 +238,7 @@ async def preview_cron(
     after = ctx.clock.now()
     if start_text is not None:
         try:
-            after = utc(parse_rfc3339(start_text, "from"))
+            after = utc(parse_instant(start_text, "from"))
         except ValueError as exc:
             raise InvalidRequest(str(exc), field="from") from exc
     # The bounds shape the preview as they shape the materializer's plan.

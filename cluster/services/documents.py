@@ -10,79 +10,21 @@ input is a 4xx that changes nothing.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
-    "EARLIEST",
-    "LATEST",
     "HttpTargetIn",
     "KafkaTargetIn",
     "NoopTargetIn",
     "Rfc3339",
     "Strict",
     "TargetIn",
-    "format_utc",
-    "parse_rfc3339",
     "target_dict",
 ]
 
-_RFC3339 = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
-)
-
-
-def parse_rfc3339(value: str, name: str = "time") -> datetime:
-    """RFC 3339 with a mandatory offset; naive or vague times are refused."""
-    if isinstance(value, str):
-        # The validator parses runAt, then the handler needs the datetime:
-        # the second parse of the same text is a cache hit.
-        return _parse_rfc3339(value, name)
-    raise ValueError(
-        f"{name} must be an RFC 3339 timestamp with an offset, e.g. 2026-10-23T14:30:00Z"
-    )
-
-
-@lru_cache(maxsize=1024)
-def _parse_rfc3339(value: str, name: str) -> datetime:
-    match = _RFC3339.match(value)
-    if not match:
-        raise ValueError(
-            f"{name} must be an RFC 3339 timestamp with an offset, e.g. 2026-10-23T14:30:00Z"
-        )
-    text = value.replace("z", "Z").replace("t", "T")
-    fraction = match.group(1)
-    if fraction is not None and len(fraction) > 7:
-        # Python parses at most 6 fractional digits: drop the nanoseconds.
-        text = text.replace(fraction, fraction[:7], 1)
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise ValueError(f"{name} is not a valid date and time: {value!r}") from exc
-    # Compared as aware instants (no arithmetic, so no OverflowError):
-    # 0001-01-01T00:30+01:00 is before year 1 in UTC, and every later step
-    # (to UTC, + a horizon, a cron's next slot) would overflow.
-    if not EARLIEST <= parsed < LATEST:
-        raise ValueError(
-            f"{name} must be from {format_utc(EARLIEST)} and before {format_utc(LATEST)}"
-        )
-    return parsed
-
-
-# The instants the API accepts: later steps add hours or years to them.
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(9000, 1, 1, tzinfo=UTC)
-
-
 Rfc3339 = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
-
-
-def format_utc(value: datetime) -> str:
-    """Times leave the API in UTC with a ``Z``, whatever the database session's zone."""
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 # Unknown fields are refused: a typo such as ``maxAttempt`` must not be

@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from cluster.instants import parse_instant
 from cluster.model.jsontext import canonical_json
-from cluster.services.documents import Rfc3339, Strict, TargetIn, parse_rfc3339
+from cluster.services.documents import Rfc3339, Strict, TargetIn
 
 __all__ = ["BatchJobIn", "CreateJobIn", "fingerprint", "utc_instant"]
 
@@ -25,7 +26,7 @@ __all__ = ["BatchJobIn", "CreateJobIn", "fingerprint", "utc_instant"]
 def utc_instant(value: str) -> datetime:
     """A runAt the validator accepted, in UTC: a batch's jobs usually share
     one, and a single create's repeat (a retry) has the same."""
-    return parse_rfc3339(value, "runAt").astimezone(UTC)
+    return parse_instant(value, "runAt").astimezone(UTC)
 
 
 class CreateJobIn(Strict):
@@ -71,7 +72,7 @@ def _instant_text(run_at: str) -> str:
     """``runAt`` as the fingerprint writes it. Cached as its parse is: the
     items of a batch often share their instant, and this was a fifth of a
     keyed item's fingerprint."""
-    return parse_rfc3339(run_at, "runAt").astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return parse_instant(run_at, "runAt").astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class BatchJobIn(CreateJobIn):

@@ -1,4 +1,5 @@
-"""Targets: where a job fires. The contract, and the registry by kind.
+"""Targets: where a job fires. The contract; the kinds are described and
+registered in :mod:`cluster.targets.kinds` (see :mod:`cluster.targets.registry`).
 
 A target receives what a receiver needs to make the effect happen once:
 ``jobId``, ``scheduledFor`` (the logical time) and ``attempt``. It never runs
@@ -9,9 +10,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from cluster.model import ClaimedJob
+from cluster.instants import format_as_stored
+
+if TYPE_CHECKING:
+    # Annotations only: the CLI reads the kinds (cluster.targets.kinds) and
+    # should not pay for the model's imports.
+    from cluster.model import ClaimedJob
 
 __all__ = ["FireResult", "Target", "firing_body", "idempotency_key"]
 
@@ -56,21 +62,22 @@ class Target(Protocol):
     async def close(self) -> None: ...
 
 
-def firing_body(job: ClaimedJob, job_id: str) -> bytes:
+def firing_body(job: ClaimedJob, job_id: str, scheduled_for: str | None = None) -> bytes:
     """The JSON document a firing carries (HTTP body, Kafka record value):
     ``{"jobId", "type", "scheduledFor", "attempt", "payload"}``, the payload
-    spliced in as stored."""
+    spliced in as stored. ``scheduled_for``: the job's, already formatted
+    (a target writes it three times a firing and formats it once)."""
     head = json.dumps(
         {
             "jobId": job_id,
             "type": job.type,
-            "scheduledFor": job.scheduled_for.isoformat().replace("+00:00", "Z"),
+            "scheduledFor": scheduled_for or format_as_stored(job.scheduled_for),
             "attempt": job.attempt,
         }
     )
     return f'{head[:-1]}, "payload": {job.payload_json}}}'.encode()
 
 
-def idempotency_key(job: ClaimedJob, job_id: str) -> str:
+def idempotency_key(job: ClaimedJob, job_id: str, scheduled_for: str | None = None) -> str:
     """Stable across attempts of one occurrence: what a receiver deduplicates on."""
-    return f"{job_id}:{job.scheduled_for.isoformat().replace('+00:00', 'Z')}"
+    return f"{job_id}:{scheduled_for or format_as_stored(job.scheduled_for)}"

@@ -26,6 +26,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from cluster import tracing
+from cluster.instants import format_as_stored
 from cluster.model import ClaimedJob
 from cluster.targets import FireResult, firing_body, idempotency_key
 from cluster.targets.policy import AddressPolicy, AddressRefused, TargetRefused
@@ -166,13 +167,14 @@ class HttpTarget:
         url = self._parsed(owner, str(job.target.get("url", "")))
         if isinstance(url, TargetRefused):
             return FireResult.permanent(str(url))
-        body = firing_body(job, job_id)
-        key = idempotency_key(job, job_id)
+        scheduled_for = format_as_stored(job.scheduled_for)
+        body = firing_body(job, job_id, scheduled_for)
+        key = idempotency_key(job, job_id, scheduled_for)
         own = {
             "Content-Type": "application/json",
             "Idempotency-Key": key,
             "Vakit-Job-Id": job_id,
-            "Vakit-Scheduled-For": job.scheduled_for.isoformat().replace("+00:00", "Z"),
+            "Vakit-Scheduled-For": scheduled_for,
             "Vakit-Attempt": str(job.attempt),
         }
         if owner is not None:

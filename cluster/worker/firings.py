@@ -17,6 +17,7 @@ from typing import Any
 from cluster import metrics
 from cluster.model import ClaimedJob
 from cluster.targets import FireResult
+from cluster.targets.kinds import KINDS
 from cluster.worker.limits import target_key
 
 __all__ = ["FiringMetrics"]
@@ -34,7 +35,7 @@ class FiringMetrics:
         self._call_children: dict[tuple[str, str], Any] = {}
         self._due = False
         self._lateness_children: dict[tuple[int, str], Any] = {}
-        self._target_children: dict[tuple[str, str], Any] = {}
+        self._target_children: dict[tuple[tuple[str, str], str], Any] = {}
 
     def note_start(self, shard: int, kind: str, lateness: float) -> None:
         """Lateness of a firing that starts now."""
@@ -88,16 +89,17 @@ class FiringMetrics:
         """The series of a firing: its call's duration by target kind, and the
         per-target error rate the on-call watches; children cached, as the
         target key parses a URL."""
-        url = str(job.target.get("url") or job.target.get("topic") or job.target_kind)
+        # The kind and where it fires (URL, topic) decide the target key.
+        where = (job.target_kind, KINDS.address(job.target))
         outcome = "ok" if result.ok else ("retry" if result.retryable else "rejected")
         call = self._call_children.get((job.target_kind, outcome))
         if call is None:
             call = metrics.TARGET_CALL_SECONDS.labels(job.target_kind, outcome)
             self._call_children[(job.target_kind, outcome)] = call
-        child = self._target_children.get((url, outcome))
+        child = self._target_children.get((where, outcome))
         if child is None:
             if len(self._target_children) > 10_000:
                 self._target_children.clear()  # bounded, whatever the URLs
             child = metrics.TARGET_FIRES.labels(metrics.target_label(target_key(job.target)), outcome)
-            self._target_children[(url, outcome)] = child
+            self._target_children[(where, outcome)] = child
         return call, child

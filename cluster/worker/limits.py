@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from cluster import metrics
+from cluster.targets.kinds import KINDS
 
 __all__ = ["Limit", "TargetLimiter", "TokenBucket", "parse_limits", "target_key"]
 
@@ -69,14 +69,10 @@ def parse_limits(spec: dict[str, str]) -> dict[str, Limit]:
     return limits
 
 
-def target_key(target: dict[str, object]) -> str:
-    """What a limit applies to: the HTTP host, or ``kafka:<topic>``."""
-    kind = target.get("kind")
-    if kind == "HTTP":
-        return (urlsplit(str(target.get("url", ""))).hostname or "").lower()
-    if kind == "KAFKA":
-        return f"kafka:{target.get('topic')}"
-    return str(kind).lower()
+def target_key(target: Mapping[str, object]) -> str:
+    """What a limit applies to: the HTTP host, ``kafka:<topic>``, as the
+    target's kind says (cluster.targets.kinds)."""
+    return KINDS.limit_key(target)
 
 
 class TargetLimiter:

@@ -15,10 +15,10 @@ from cluster.clock import FakeClock
 from cluster.config import Settings
 from cluster.cron.definition import ANCHOR, build_cron
 from cluster.errors import InvalidRequest, PayloadTooLarge, ShardUnavailable
+from cluster.instants import format_instant
 from cluster.model import CreateJobParams, CreateResult, CronDefinition, GetJobParams
 from cluster.services import crons, jobs
 from cluster.services.cron_document import CreateCronIn, definition_of, document_of
-from cluster.services.documents import format_utc
 from cluster.services.job_document import BatchJobIn
 from cluster.services.quotas import OwnerLimits
 from cluster.store.memory import MemStore
@@ -66,7 +66,7 @@ class LocalServices:
 
 def new_job(run_at: datetime, **over: Any) -> BatchJobIn:
     values: dict[str, Any] = {
-        "type": "t", "runAt": format_utc(run_at), "target": {"kind": "NOOP"},
+        "type": "t", "runAt": format_instant(run_at), "target": {"kind": "NOOP"},
         "payload": {"n": 1},
     }  # fmt: skip
     values.update(over)

@@ -8,8 +8,9 @@ from datetime import UTC
 import pytest
 from pydantic import ValidationError
 
-from cluster.api.schemas import CreateJobIn, parse_rfc3339
+from cluster.api.schemas import CreateJobIn
 from cluster.config import Settings
+from cluster.instants import parse_instant
 from cluster.targets.policy import AddressPolicy, TargetRefused
 from cluster.worker.limits import TokenBucket, parse_limits, target_key
 
@@ -34,7 +35,7 @@ def test_defaults() -> None:
     ["2026-12-01T10:00:00Z", "2026-12-01T10:00:00.123456789+03:00", "2026-12-01t10:00:00z", "2026-12-01 10:00:00-05:30"],
 )
 def test_rfc3339_accepted(value: str) -> None:
-    assert parse_rfc3339(value).utcoffset() is not None
+    assert parse_instant(value).utcoffset() is not None
 
 
 @pytest.mark.parametrize(
@@ -47,7 +48,7 @@ def test_rfc3339_accepted(value: str) -> None:
     ],
 )
 def test_rfc3339_fractions_to_the_microsecond(value: str, instant: str) -> None:
-    assert parse_rfc3339(value).astimezone(UTC).isoformat(timespec="microseconds") == instant
+    assert parse_instant(value).astimezone(UTC).isoformat(timespec="microseconds") == instant
 
 
 @pytest.mark.parametrize(
@@ -55,7 +56,7 @@ def test_rfc3339_fractions_to_the_microsecond(value: str, instant: str) -> None:
 )
 def test_rfc3339_refused(value: str) -> None:
     with pytest.raises(ValueError):
-        parse_rfc3339(value)
+        parse_instant(value)
 
 
 @pytest.mark.parametrize(

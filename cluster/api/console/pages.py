@@ -52,10 +52,10 @@ from cluster.api.jobs import job_out
 from cluster.api.operator_schemas import BackfillIn
 from cluster.api.ops import lateness_out
 from cluster.api.problems import kind_of
-from cluster.api.schemas import PatchJobIn, parse_rfc3339
-from cluster.clock import utc
+from cluster.api.schemas import PatchJobIn
 from cluster.coordination.report import cluster_status
 from cluster.errors import Forbidden, InvalidRequest, Unauthorized, VakitError
+from cluster.instants import format_instant, parse_instant, utc
 from cluster.services import cron_actions, crons, job_actions, jobs
 from cluster.services.insight import start_lateness
 
@@ -87,7 +87,7 @@ _HEADERS = {
 def _iso(value: datetime | None) -> str:
     """The UTC instant, as the API writes it (a database session in another
     zone hands back its own offset)."""
-    return "" if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return "" if value is None else format_instant(value)
 
 
 def _in_zone(value: datetime | None, zone: str) -> str:
@@ -316,8 +316,8 @@ async def cron_backfill(request: Request, cron_id: str) -> Response:
         except ValidationError as exc:
             raise InvalidRequest(_first_error(exc)) from exc
         result, next_from = await cron_actions.backfill_cron(
-            ctx, owner, cron_id, utc(parse_rfc3339(body.from_, "from")),
-            utc(parse_rfc3339(body.to, "to")), skip_overlap=body.overlap == "SKIP",
+            ctx, owner, cron_id, utc(parse_instant(body.from_, "from")),
+            utc(parse_instant(body.to, "to")), skip_overlap=body.overlap == "SKIP",
             rerun=body.rerun, dry_run=body.dryRun,
         )  # fmt: skip
         out = backfill_out(result, next_from, body.dryRun)
@@ -444,7 +444,7 @@ async def job_action(request: Request, job_id: str, action: str) -> Response:
                 patch = PatchJobIn.model_validate({"runAt": form.get("runAt", "").strip()})
             except ValidationError as exc:
                 raise InvalidRequest(_first_error(exc), field="runAt") from exc
-            run_at = utc(parse_rfc3339(patch.runAt, "runAt"))
+            run_at = utc(parse_instant(patch.runAt, "runAt"))
             await jobs.reschedule_job(ctx, owner, job_id, run_at)
             return _back(where, "rescheduled")
         if action == "retry":

@@ -1,0 +1,108 @@
+"""Instants as text: the one way Vakit reads and writes a point in time.
+
+Every instant that leaves Vakit (the API's answers, a firing's
+``scheduledFor`` and ``Idempotency-Key``, a ZooKeeper member record) is RFC
+3339 in UTC with a ``Z``; every instant that comes in must carry an offset
+(a naive time is a bug waiting for DST). Pure: no clock, no I/O.
+
+Both writers keep ``isoformat()``'s bytes with ``+00:00`` written ``Z``
+(microseconds shown only when not zero): the firing body and headers are an
+interface receivers deduplicate on.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from functools import lru_cache
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "format_as_stored",
+    "format_instant",
+    "parse_instant",
+    "require_aware",
+    "utc",
+]
+
+# The instants Vakit accepts: later steps add hours or years to them.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+_RFC3339 = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+)
+_EXAMPLE = "e.g. 2026-10-23T14:30:00Z"
+
+
+def require_aware(value: datetime, name: str = "datetime") -> datetime:
+    """Refuse naive datetimes at the edges: a naive time is a bug waiting for DST."""
+    if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+        raise ValueError(f"{name} must carry a UTC offset, got naive {value.isoformat()}")
+    return value
+
+
+def utc(value: datetime) -> datetime:
+    """``value`` (aware) in UTC; a naive one is refused."""
+    return require_aware(value).astimezone(UTC)
+
+
+def format_instant(value: datetime) -> str:
+    """``value`` as RFC 3339 in UTC: ``2026-10-23T14:30:00Z``, or
+    ``2026-10-23T14:30:00.250000Z`` with microseconds. Naive is refused."""
+    if value.tzinfo is not UTC:
+        value = utc(value)
+    # In UTC isoformat() always ends in "+00:00". A worker formats each
+    # firing's scheduledFor: slicing is cheaper than replace().
+    return value.isoformat()[:-6] + "Z"
+
+
+def format_as_stored(value: datetime) -> str:
+    """A firing's ``scheduledFor``: like :func:`format_instant` for the UTC
+    instants a store hands out, but in the value's own offset otherwise.
+
+    psycopg returns ``timestamptz`` in the session's time zone, so a shard
+    whose server zone is not UTC hands out, say, ``+05:30`` instants, and
+    firings have always carried them as such (the API writes the same instant
+    with ``Z``). Receivers deduplicate on these bytes (``Idempotency-Key``):
+    writing them in UTC instead is a change of interface, kept apart here.
+    """
+    if value.tzinfo is UTC:
+        return value.isoformat()[:-6] + "Z"
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def parse_instant(value: str, name: str = "time") -> datetime:
+    """RFC 3339 with a mandatory offset, from :data:`EARLIEST` and before
+    :data:`LATEST`; naive or vague times are refused (``ValueError`` naming
+    ``name``). The offset is kept: :func:`utc` it for UTC."""
+    if isinstance(value, str):
+        # The API's validator parses runAt, then its handler needs the
+        # datetime: the second parse of the same text is a cache hit.
+        return _parse(value, name)
+    raise ValueError(f"{name} must be an RFC 3339 timestamp with an offset, {_EXAMPLE}")
+
+
+@lru_cache(maxsize=1024)
+def _parse(value: str, name: str) -> datetime:
+    match = _RFC3339.match(value)
+    if not match:
+        raise ValueError(f"{name} must be an RFC 3339 timestamp with an offset, {_EXAMPLE}")
+    text = value.replace("z", "Z").replace("t", "T")
+    fraction = match.group(1)
+    if fraction is not None and len(fraction) > 7:
+        # Python parses at most 6 fractional digits: drop the nanoseconds.
+        text = text.replace(fraction, fraction[:7], 1)
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(f"{name} is not a valid date and time: {value!r}") from exc
+    # Compared as aware instants (no arithmetic, so no OverflowError):
+    # 0001-01-01T00:30+01:00 is before year 1 in UTC, and every later step
+    # (to UTC, + a horizon, a cron's next slot) would overflow.
+    if not EARLIEST <= parsed < LATEST:
+        raise ValueError(
+            f"{name} must be from {format_instant(EARLIEST)} and before {format_instant(LATEST)}"
+        )
+    return parsed
