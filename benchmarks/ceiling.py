@@ -13,17 +13,23 @@ Two modes, on a fresh batch of rows:
   scratch table created ``LIKE jobs`` with its indexes but without its CHECK
   constraints, since the hot table only allows SCHEDULED and RUNNING; the
   scratch table is dropped afterwards.
-* ``batched``: Vakit's own ``claim_jobs`` and ``finish_jobs`` (one statement per
-  claimed batch, moving the rows to history) on the hot table itself.
+* ``batched``: Vakit's own claim and finish, one statement each per claimed
+  batch (the finish moves the rows to history), on the hot table itself,
+  called through the store's contract (``Store.claim_jobs`` and
+  ``Store.finish_jobs`` of :class:`cluster.store.PgStore`): what the store
+  can do with no scheduler around it. The statements are the store's own,
+  never a copy that could drift from them.
 
 Each driver is a process (``python -m benchmarks.ceiling``) with one thread
-and one connection per shard, so *drivers* processes give *drivers*
-connections per shard: as many as a worker process has claim loops.
+and one connection per shard (``batched``: one task and a one-connection
+pool per shard), so *drivers* processes give *drivers* connections per
+shard: as many as a worker process has claim loops.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import subprocess
 import sys
@@ -39,7 +45,8 @@ import psycopg
 from benchmarks.bulk import JobSpec, copy_jobs
 from benchmarks.harness import REPO_ROOT
 from benchmarks.sql import query
-from cluster.store.sql import QUERIES as VAKIT_QUERIES
+from cluster.model import ClaimParams, FinishParams, JobResult, Outcome
+from cluster.store import PgStore
 
 __all__ = ["CEILING_TABLE", "MODES", "CeilingResult", "measure_ceiling"]
 
@@ -164,32 +171,36 @@ def _drive_naive(conn: psycopg.Connection[Any], table: str, batch: int, worker: 
         done += len(rows)
 
 
-def _drive_batched(conn: psycopg.Connection[Any], batch: int, worker: str) -> int:
-    claim = VAKIT_QUERIES["claim_jobs"]
-    finish = VAKIT_QUERIES["finish_jobs"]
-    params = {"worker": worker, "limit": batch, "lease": 30.0, "grace": 10.0, "prefetch": 0.0}
-    done = 0
-    while True:
-        rows = conn.execute(claim, {**params, "now": None}).fetchall()
-        if not rows:
-            return done
-        n = len(rows)
-        now = datetime.now(UTC)
-        conn.execute(
-            finish,
-            {
-                "ids": [r[0] for r in rows],
-                "attempts": [r[1] for r in rows],
-                "outcomes": ["SUCCEEDED"] * n,
-                "errors": [None] * n,
-                "delays": [0.0] * n,
-                "started": [now] * n,
-                "lateness": [0.0] * n,
-                "workers": [worker] * n,
-                "now": None,
-            },
-        )
-        done += n
+async def _drive_batched(
+    dsns: list[str], batch: int, worker: str, start_at: float
+) -> tuple[int, float, float]:
+    """Claim and finish through the store's claim contract (one connection
+    per shard, one task per shard); returns (jobs, began, ended)."""
+    store = PgStore(dsns, min_size=1, max_size=1, timeout=30.0, name=worker)
+    await store.open()
+    claim = ClaimParams(worker_id=worker, limit=batch, lease_seconds=30.0, grace_seconds=10.0)
+
+    async def drain(shard: int) -> int:
+        done = 0
+        while True:
+            jobs = await store.claim_jobs(shard, claim)
+            if not jobs:
+                return done
+            now = datetime.now(UTC)
+            results = tuple(JobResult(j.lease, Outcome.SUCCEEDED, worker, now, 0.0) for j in jobs)
+            await store.finish_jobs(shard, FinishParams(results))
+            done += len(jobs)
+
+    try:
+        # Connect first (a trivial statement per shard), then start together.
+        for shard in range(store.shard_count):
+            await store.schema_version(shard)
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        began = time.time()
+        done = await asyncio.gather(*(drain(s) for s in range(store.shard_count)))
+        return sum(done), began, time.time()
+    finally:
+        await store.close()
 
 
 def _driver_main(argv: list[str] | None = None) -> None:
@@ -202,16 +213,19 @@ def _driver_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker", required=True)
     args = parser.parse_args(argv)
 
+    if args.mode == "batched":
+        jobs, began, ended = asyncio.run(
+            _drive_batched(args.dsn, args.batch, args.worker, args.start_at)
+        )
+        json.dump({"jobs": jobs, "began": began, "ended": ended}, sys.stdout)
+        return
     conns = [psycopg.connect(dsn, autocommit=True) for dsn in args.dsn]
     done = [0] * len(conns)
     errors: list[BaseException] = []
 
     def drive(i: int) -> None:
         try:
-            if args.mode == "naive":
-                done[i] = _drive_naive(conns[i], args.table, args.batch, args.worker)
-            else:
-                done[i] = _drive_batched(conns[i], args.batch, args.worker)
+            done[i] = _drive_naive(conns[i], args.table, args.batch, args.worker)
         except BaseException as exc:  # reported below; a thread must not die silently
             errors.append(exc)
 

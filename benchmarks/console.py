@@ -48,9 +48,7 @@ from benchmarks.harness import (
 )
 from cluster.instants import format_instant
 from cluster.model import LastSuccessParams
-from cluster.store.postgres import PgStore
-from cluster.store.postgres_cron import PgCronStore
-from cluster.store.sql import load_queries
+from cluster.store import PgCronStore, PgStore, load_queries
 
 __all__ = ["main"]
 

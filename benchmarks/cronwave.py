@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 
 from benchmarks.sql import query
-from cluster.cron.schedule import parse_schedule
+from cluster.cron import parse_schedule
 
 __all__ = [
     "DEFAULT_ZONES",

@@ -39,9 +39,8 @@ from psycopg.rows import dict_row
 from benchmarks.progress import Progress
 from benchmarks.report import summary_line
 from benchmarks.sql import query
-from cluster.local.childproc import find_free_port
-from cluster.local.pgserver import PgServer
-from cluster.store.migrate import migrate_shard
+from cluster.local import PgServer, ZkServer, find_free_port
+from cluster.store import migrate_shard
 
 __all__ = [
     "REPO_ROOT",
@@ -205,7 +204,7 @@ class BenchCluster:
         self.api_url: str | None = None
         self.api_urls: list[str] = []
         self.api_token: str | None = None
-        self.zk: Any = None  # cluster.local.zkserver.ZkServer, when started
+        self.zk: ZkServer | None = None
         self._zk_dir: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -303,8 +302,6 @@ class BenchCluster:
     def start_zookeeper(self) -> str:
         """A ZooKeeper server for shard ownership and leadership, as `vakit up`
         starts one; returns its connect string."""
-        from cluster.local.zkserver import ZkServer
-
         started = time.monotonic()
         tmp = os.environ.get("VAKIT_BENCH_TMP")
         self._zk_dir = Path(tempfile.mkdtemp(prefix="vakit-bench-zk-", dir=tmp))

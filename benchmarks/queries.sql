@@ -159,7 +159,3 @@ VACUUM ANALYZE job_history;
 
 -- name: history_partitions
 SELECT count(*) FROM pg_inherits WHERE inhparent = 'job_history'::regclass;
-
--- name: explain_search
--- Prefixed to the store's search_jobs statement: where one page's time goes.
-EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)

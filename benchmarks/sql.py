@@ -10,7 +10,7 @@ from importlib import resources
 
 from psycopg import sql
 
-from cluster.store.sql import load_queries
+from cluster.store import load_queries
 
 __all__ = ["QUERIES", "query"]
 

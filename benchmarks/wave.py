@@ -65,7 +65,7 @@ from benchmarks.profile import summarize_profiles, write_summary
 from benchmarks.report import headline, machine_info, plot_timeline, write_report
 from benchmarks.stats import timeline
 from benchmarks.yardstick import SpeedProbe
-from cluster.worker.preload import LOOKAHEAD_SECONDS
+from cluster.worker import LOOKAHEAD_SECONDS
 
 __all__ = [
     "SOURCES",

@@ -384,3 +384,29 @@ def test_statement_stats_sum_time_buffers_and_wal_over_the_shards(tmp_path: Path
     assert insert["shared_blks_hit"] + insert["shared_blks_read"] > 0
     assert insert["mean_ms"] == round(insert["total_ms"] / 6, 3)
     json.dumps(top)  # what the report writes
+
+
+def test_batched_ceiling_drains_every_row_through_the_store_contract(
+    bench_dsns: list[str], tmp_path: Path
+) -> None:
+    # The batched mode claims and finishes through PgStore (the claim
+    # contract), never with SQL of its own: its arguments once drifted from
+    # claim_jobs' and the mode failed at its first claim.
+    from benchmarks.ceiling import measure_ceiling
+
+    result = measure_ceiling(
+        bench_dsns, rows=400, drivers=2, batch=50, mode="batched", owner="bench-ceiling",
+        log_dir=tmp_path,
+    )  # fmt: skip
+    assert (result.rows, result.jobs) == (400, 400)
+    finished = 0
+    for dsn in bench_dsns:
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+            row = conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE status = 'SUCCEEDED' AND attempt = 1)"
+                " FROM job_history WHERE owner_service = 'bench-ceiling'"
+            ).fetchone()
+        assert row is not None and row[0] == row[1]
+        finished += row[0]
+    assert finished == 400
