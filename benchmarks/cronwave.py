@@ -30,6 +30,8 @@ import psycopg
 
 from benchmarks.sql import query
 from cluster.cron import parse_schedule
+from cluster.model import CronDefinition
+from cluster.services.cron_document import document_of
 
 __all__ = [
     "DEFAULT_ZONES",
@@ -94,19 +96,28 @@ def cron_body_factory(
     """The request body of one owner's i-th cron. The run's crons take the
     zones in turn across owners, so every owner has crons in every zone."""
     zones = list(schedules.items())
+    # One create document per zone, written by the definition type every door
+    # shares; each cron is that document under its own name (a copy per cron,
+    # not a definition per cron: the client's CPU is on the wave's machine).
+    documents = [
+        document_of(
+            CronDefinition(
+                name=name_prefix,
+                schedule=expression,
+                time_zone=zone,
+                type="bench.cron",
+                target=target,
+                payload={},
+                max_attempts=3,
+                timeout_seconds=30,
+            ),
+            compact=True,
+        )
+        for zone, expression in zones
+    ]
 
     def body(i: int) -> dict[str, Any]:
-        zone, expression = zones[(i * owners + owner_index) % len(zones)]
-        return {
-            "name": f"{name_prefix}-{i}",
-            "schedule": expression,
-            "timeZone": zone,
-            "type": "bench.cron",
-            "target": target,
-            "payload": {},
-            "maxAttempts": 3,
-            "timeoutSeconds": 30,
-        }
+        return {**documents[(i * owners + owner_index) % len(zones)], "name": f"{name_prefix}-{i}"}
 
     return body
 

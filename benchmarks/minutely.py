@@ -37,6 +37,8 @@ from benchmarks.options import add_cluster_options, cluster_spec, run_settings, 
 from benchmarks.outcomes import collect, figures, server_info
 from benchmarks.report import headline, machine_info, write_report
 from benchmarks.stats import summarize
+from cluster.model import CronDefinition
+from cluster.services.cron_document import document_of
 
 __all__ = ["MinutelyOptions", "main", "run"]
 
@@ -72,17 +74,27 @@ def seconds_until_second(now: datetime, second: int) -> float:
 
 
 def _body_factory(owner_index: int, owners: int, target: dict[str, Any], tag: str) -> Any:
+    # One document per zone from the shared definition type; each cron is a
+    # copy under its own name and payload (see cronwave.cron_body_factory).
+    documents = [
+        document_of(
+            CronDefinition(
+                name=f"minutely-{tag}",
+                schedule="* * * * *",
+                time_zone=zone,
+                type="bench.minutely",
+                target=target,
+                max_attempts=3,
+                timeout_seconds=30,
+            ),
+            compact=True,
+        )
+        for zone in ZONES
+    ]
+
     def body(i: int) -> dict[str, Any]:
-        return {
-            "name": f"minutely-{tag}-{i}",
-            "schedule": "* * * * *",
-            "timeZone": ZONES[(i * owners + owner_index) % len(ZONES)],
-            "type": "bench.minutely",
-            "target": target,
-            "payload": {"i": i},
-            "maxAttempts": 3,
-            "timeoutSeconds": 30,
-        }
+        document = documents[(i * owners + owner_index) % len(ZONES)]
+        return {**document, "name": f"minutely-{tag}-{i}", "payload": {"i": i}}
 
     return body
 
