@@ -24,7 +24,7 @@ import statistics
 
 import uvloop
 
-from cluster.service import tune_gc
+from cluster.processes import tune_gc
 from cluster.worker import measure_instant
 
 __all__ = ["main", "one_instant"]

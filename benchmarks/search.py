@@ -38,7 +38,7 @@ from benchmarks.sql import query
 from cluster.config import Settings
 from cluster.local import PgServer
 from cluster.model import JobSearchParams, JobStatus, MaintainHistoryParams
-from cluster.service import api_app
+from cluster.processes import api_app
 from cluster.store import PgStore, migrate_shard
 
 OWNER, OTHER = "tenant-a", "tenant-b"

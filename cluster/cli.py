@@ -130,7 +130,7 @@ def api(config: str | None) -> None:
     _need_shards(settings)
     _observability(settings, "api")
     _check_layout(settings)
-    from cluster.service import run_api
+    from cluster.processes import run_api
 
     run_api(settings)
 
@@ -143,7 +143,7 @@ def worker(config: str | None) -> None:
     _need_shards(settings)
     _observability(settings, "worker")
     _check_layout(settings)
-    from cluster.service import run_loop, run_worker
+    from cluster.processes import run_loop, run_worker
 
     run_loop(run_worker(settings))
 
@@ -283,7 +283,7 @@ async def _cluster_report(settings: Settings) -> dict[str, Any]:
     from cluster.coordination.report import cluster_status
     from cluster.coordination.view import ZkClusterView
     from cluster.errors import VakitError
-    from cluster.service import shard_store
+    from cluster.processes import shard_store
 
     store = shard_store(settings, min_size=0, max_size=2)
     await store.open()

@@ -4,7 +4,7 @@ Stateless: any number of replicas serve the same shards. The routes live in
 one router per resource (:mod:`.jobs`, :mod:`.crons`, :mod:`.ops`); errors
 become ``application/problem+json`` in :mod:`.problems`. The application
 depends only on the storage and coordination contracts: the composition
-(:func:`cluster.service.run_api`, the tests) hands it a store, a cron store
+(:func:`cluster.processes.run_api`, the tests) hands it a store, a cron store
 and, with ZooKeeper, a factory for the cluster view.
 """
 

@@ -61,7 +61,7 @@ from cluster.leader.reaper import Reaper
 from cluster.local.pgserver import PgServer
 from cluster.local.zkserver import ZkEnsemble, ZkServer
 from cluster.model import ClaimParams, CreateJobParams
-from cluster.service import api_app
+from cluster.processes import api_app
 from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
 from cluster.targets.http import HttpTarget

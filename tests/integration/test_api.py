@@ -13,7 +13,7 @@ import pytest
 
 from cluster.config import Settings
 from cluster.model import ClaimParams
-from cluster.service import api_app
+from cluster.processes import api_app
 from cluster.store.postgres import PgStore
 from tests.openapi_conformance import conformance_hooks
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from cluster.service import api_app
+from cluster.processes import api_app
 from cluster.store.postgres import PgStore
 from tests.integration.test_api import A, body, settings_for
 from tests.integration.test_operator_api import fail_due, iso

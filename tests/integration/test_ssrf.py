@@ -30,7 +30,7 @@ import pytest
 from cluster.api.app import create_app
 from cluster.config import Settings
 from cluster.coordination.base import StaticCoordinator
-from cluster.service import build_targets
+from cluster.processes import build_targets
 from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
 from cluster.store.postgres import PgStore

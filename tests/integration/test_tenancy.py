@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster.service import api_app
+from cluster.processes import api_app
 from tests.helpers import wait_for
 from tests.integration.test_api import OP, A, B, body, client_for, count_jobs, settings_for
 from tests.openapi_conformance import conformance_hooks

@@ -24,7 +24,7 @@ from cluster import logs, tracing
 from cluster.config import Settings
 from cluster.coordination.base import StaticCoordinator
 from cluster.local.kafkaserver import TansuBroker
-from cluster.service import api_app
+from cluster.processes import api_app
 from cluster.store.postgres import PgStore
 from cluster.targets.http import HttpTarget
 from cluster.targets.kafka import KafkaTarget
