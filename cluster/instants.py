@@ -5,9 +5,10 @@ Every instant that leaves Vakit (the API's answers, a firing's
 3339 in UTC with a ``Z``; every instant that comes in must carry an offset
 (a naive time is a bug waiting for DST). Pure: no clock, no I/O.
 
-Both writers keep ``isoformat()``'s bytes with ``+00:00`` written ``Z``
-(microseconds shown only when not zero): the firing body and headers are an
-interface receivers deduplicate on.
+Written as ``isoformat()`` of the UTC instant with ``+00:00`` as ``Z``
+(microseconds shown only when not zero). The firing body and headers are an
+interface receivers deduplicate on, so the instant is always UTC, whatever
+zone the database session hands timestamps out in.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from functools import lru_cache
 __all__ = [
     "EARLIEST",
     "LATEST",
-    "format_as_stored",
     "format_instant",
     "parse_instant",
     "require_aware",
@@ -56,21 +56,6 @@ def format_instant(value: datetime) -> str:
     # In UTC isoformat() always ends in "+00:00". A worker formats each
     # firing's scheduledFor: slicing is cheaper than replace().
     return value.isoformat()[:-6] + "Z"
-
-
-def format_as_stored(value: datetime) -> str:
-    """A firing's ``scheduledFor``: like :func:`format_instant` for the UTC
-    instants a store hands out, but in the value's own offset otherwise.
-
-    psycopg returns ``timestamptz`` in the session's time zone, so a shard
-    whose server zone is not UTC hands out, say, ``+05:30`` instants, and
-    firings have always carried them as such (the API writes the same instant
-    with ``Z``). Receivers deduplicate on these bytes (``Idempotency-Key``):
-    writing them in UTC instead is a change of interface, kept apart here.
-    """
-    if value.tzinfo is UTC:
-        return value.isoformat()[:-6] + "Z"
-    return value.isoformat().replace("+00:00", "Z")
 
 
 def parse_instant(value: str, name: str = "time") -> datetime:

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from cluster.instants import format_as_stored
+from cluster.instants import format_instant
 
 if TYPE_CHECKING:
     # Annotations only: the CLI reads the kinds (cluster.targets.kinds) and
@@ -71,7 +71,7 @@ def firing_body(job: ClaimedJob, job_id: str, scheduled_for: str | None = None) 
         {
             "jobId": job_id,
             "type": job.type,
-            "scheduledFor": scheduled_for or format_as_stored(job.scheduled_for),
+            "scheduledFor": scheduled_for or format_instant(job.scheduled_for),
             "attempt": job.attempt,
         }
     )
@@ -80,4 +80,4 @@ def firing_body(job: ClaimedJob, job_id: str, scheduled_for: str | None = None) 
 
 def idempotency_key(job: ClaimedJob, job_id: str, scheduled_for: str | None = None) -> str:
     """Stable across attempts of one occurrence: what a receiver deduplicates on."""
-    return f"{job_id}:{scheduled_for or format_as_stored(job.scheduled_for)}"
+    return f"{job_id}:{scheduled_for or format_instant(job.scheduled_for)}"

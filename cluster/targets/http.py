@@ -26,7 +26,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from cluster import tracing
-from cluster.instants import format_as_stored
+from cluster.instants import format_instant
 from cluster.model import ClaimedJob
 from cluster.targets import FireResult, firing_body, idempotency_key
 from cluster.targets.policy import AddressPolicy, AddressRefused, TargetRefused
@@ -167,7 +167,7 @@ class HttpTarget:
         url = self._parsed(owner, str(job.target.get("url", "")))
         if isinstance(url, TargetRefused):
             return FireResult.permanent(str(url))
-        scheduled_for = format_as_stored(job.scheduled_for)
+        scheduled_for = format_instant(job.scheduled_for)
         body = firing_body(job, job_id, scheduled_for)
         key = idempotency_key(job, job_id, scheduled_for)
         own = {

@@ -33,7 +33,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from cluster import tracing
-from cluster.instants import format_as_stored
+from cluster.instants import format_instant
 from cluster.model import ClaimedJob
 from cluster.targets import FireResult, firing_body, idempotency_key
 from cluster.targets.policy import TargetRefused
@@ -235,7 +235,7 @@ class KafkaTarget:
         if refusal is not None:
             return FireResult.permanent(str(refusal))
         key = job.target.get("key") or job_id
-        scheduled_for = format_as_stored(job.scheduled_for)
+        scheduled_for = format_instant(job.scheduled_for)
         value = firing_body(job, job_id, scheduled_for)
         ikey = idempotency_key(job, job_id, scheduled_for)
         headers: list[tuple[str, str | bytes | None]] = [

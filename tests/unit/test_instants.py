@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -10,12 +12,13 @@ import pytest
 from cluster.instants import (
     EARLIEST,
     LATEST,
-    format_as_stored,
     format_instant,
     parse_instant,
     require_aware,
     utc,
 )
+from cluster.model import ClaimedJob
+from cluster.targets import firing_body, idempotency_key
 
 
 def test_utc_is_written_with_z_and_no_fraction_on_whole_seconds() -> None:
@@ -40,22 +43,26 @@ def test_other_offsets_are_written_in_utc() -> None:
     assert format_instant(datetime(2026, 1, 1, tzinfo=timezone(timedelta(0)))) == "2026-01-01T00:00:00Z"
 
 
-def test_firings_write_the_stored_instant_byte_for_byte() -> None:
-    # What targets wrote before cluster.instants: isoformat(), +00:00 as Z,
-    # whatever offset the database session handed out.
-    values = [
-        datetime(2031, 3, 4, 5, 6, 7, tzinfo=UTC),
-        datetime(2031, 3, 4, 5, 6, 7, 890000, tzinfo=UTC),
-        datetime(2031, 3, 4, 5, 6, 7, 1, tzinfo=ZoneInfo("UTC")),
-        datetime(2031, 3, 4, 10, 36, 7, 433447, tzinfo=ZoneInfo("Asia/Kolkata")),
-        datetime(2031, 3, 4, 5, 6, 7, tzinfo=timezone(timedelta(hours=-3))),
-    ]
-    for value in values:
-        assert format_as_stored(value) == value.isoformat().replace("+00:00", "Z")
-    assert format_as_stored(values[1]) == "2031-03-04T05:06:07.890000Z"
-    assert format_as_stored(values[3]) == "2031-03-04T10:36:07.433447+05:30"
-    # The same instants in UTC are format_instant's.
-    assert format_instant(values[3]) == "2031-03-04T05:06:07.433447Z"
+def test_a_firing_writes_scheduled_for_in_utc_whatever_the_session_zone() -> None:
+    # psycopg hands out timestamptz in the database session's zone: a shard
+    # whose server zone is Asia/Kolkata gives +05:30 instants. The firing's
+    # scheduledFor and Idempotency-Key are the instant in UTC, as the API writes it.
+    stored = datetime(2031, 3, 4, 10, 36, 7, 433447, tzinfo=ZoneInfo("Asia/Kolkata"))
+    job = ClaimedJob(
+        id=uuid.UUID("0190f3c2-a1b2-7abc-8123-456789abcdef"),
+        attempt=2,
+        max_attempts=5,
+        type="t",
+        scheduled_for=stored,
+        run_at=stored,
+        timeout_seconds=30,
+        target={"kind": "NOOP"},
+        payload_json="null",
+        lease_until=stored,
+    )
+    body = json.loads(firing_body(job, "job_x"))
+    assert body["scheduledFor"] == "2031-03-04T05:06:07.433447Z"
+    assert idempotency_key(job, "job_x") == "job_x:2031-03-04T05:06:07.433447Z"
 
 
 def test_naive_is_refused_everywhere() -> None:
