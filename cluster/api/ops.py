@@ -16,7 +16,7 @@ from cluster.api.operator_schemas import LatenessMinuteOut, LatenessOut, ShardLa
 from cluster.coordination.report import cluster_status
 from cluster.errors import VakitError
 from cluster.model import LatenessMinute, LatenessParams, WorkersSeenParams
-from cluster.store.base import Store
+from cluster.store.contracts.insight import JobInsight
 
 __all__ = ["cluster_lateness", "router", "shard_readiness"]
 
@@ -103,7 +103,7 @@ async def metrics_endpoint(operator: Operator) -> Response:
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
-async def shard_readiness(store: Store, latest: int) -> list[dict[str, Any]]:
+async def shard_readiness(store: JobInsight, latest: int) -> list[dict[str, Any]]:
     report = []
     for shard in range(store.shard_count):
         entry: dict[str, Any] = {"shard": shard}
