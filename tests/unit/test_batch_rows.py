@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cluster.model import CreateJobParams
-from cluster.store import postgres
+from cluster.store.postgres import rows as postgres
 from cluster.store.sql import QUERIES
 
 

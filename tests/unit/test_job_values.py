@@ -11,7 +11,7 @@ import pytest
 from psycopg.adapt import PyFormat, Transformer
 
 from cluster.model import CreateJobParams
-from cluster.store.postgres import _JOB_COLUMNS, _LEAN_INSERTS, _job_row, _job_values
+from cluster.store.postgres.rows import _JOB_COLUMNS, _LEAN_INSERTS, _job_row, _job_values
 
 ISTANBUL = timezone(timedelta(hours=3))
 
