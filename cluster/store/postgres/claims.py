@@ -43,7 +43,7 @@ def _target(text: str) -> dict[str, Any]:
 
 def _claimed_row(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
     """A claimed row becomes a ClaimedJob directly: the claim's columns come
-    in the order of its fields (queries.sql, claim_jobs), the target as
+    in the order of its fields (jobs_claims.sql, claim_jobs), the target as
     text."""
 
     def make(values: Sequence[Any]) -> ClaimedJob:
