@@ -21,6 +21,7 @@ from cluster.model import (
     ResumeJobParams,
     RetryJobParams,
 )
+from cluster.model.columns import record_from_params
 from cluster.store.memory.shards import MAX_ATTEMPTS, MemKey, MemRow, MemShard, MemShards
 
 __all__ = ["MemIntake"]
@@ -60,22 +61,7 @@ class MemIntake(MemShards):
             )
         if params.idempotency_key is not None:
             s.keys[(params.owner, params.idempotency_key)] = MemKey(params.id, params.fingerprint, now)
-        job = JobRecord(
-            id=params.id,
-            owner=params.owner,
-            type=params.type,
-            status=JobStatus.SCHEDULED,
-            run_at=params.run_at,
-            scheduled_for=params.scheduled_for,
-            attempt=0,
-            max_attempts=params.max_attempts,
-            timeout_seconds=params.timeout_seconds,
-            target=params.target,
-            payload=params.payload,
-            idempotency_key=params.idempotency_key,
-            cron_id=params.cron_id,
-            created_at=now,
-        )
+        job = record_from_params(params, created_at=now)
         s.rows[job.id] = MemRow(job, far=params.far)
         # What PgStore returns for a new job: the record as asked, no
         # database defaults read back.

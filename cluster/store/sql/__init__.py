@@ -5,7 +5,11 @@ table (``jobs_intake.sql``, ``jobs_claims.sql``, ``jobs_upkeep.sql``,
 ``jobs_insight.sql``, ``crons_intake.sql``, ``crons_upkeep.sql``,
 ``shards.sql``), each of ``-- name: <name>`` blocks. :data:`QUERIES` maps
 every name of every file to its text, in one namespace, loaded once; a name
-defined twice, in one file or in two, is refused. Migrations are
+defined twice, in one file or in two, is refused. A job's column lists are
+written ``{job.given}``, ``{job.read:j}`` and the like: each is expanded
+once, here, into the literal list :mod:`cluster.model.columns` describes
+(with the table alias after the colon), so the planner sees plain SQL and a
+new field of a job needs no statement edited by hand. Migrations are
 ``migrations/NNNN_name.sql``, applied in order by :mod:`cluster.store.migrate`.
 """
 
@@ -15,9 +19,32 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["QUERIES", "Migration", "load_all_queries", "load_migrations", "load_queries"]
+from cluster.model.columns import job_column_lists
+
+__all__ = [
+    "QUERIES",
+    "Migration",
+    "expand_columns",
+    "load_all_queries",
+    "load_migrations",
+    "load_queries",
+]
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+# {job.<list>} or {job.<list>:<alias>}: a column list of cluster.model.columns.
+_COLUMNS = re.compile(r"\{job\.(\w+)(?::(\w+))?\}")
+
+
+def expand_columns(name: str, text: str) -> str:
+    """``text`` with every ``{job.<list>[:alias]}`` replaced by its columns."""
+
+    def expand(match: re.Match[str]) -> str:
+        lists = job_column_lists(f"{match[2]}." if match[2] else "")
+        if match[1] not in lists:
+            raise ValueError(f"query {name!r} names an unknown column list {match[0]}")
+        return lists[match[1]]
+
+    return _COLUMNS.sub(expand, text)
 
 
 def load_queries(text: str) -> dict[str, str]:
@@ -65,7 +92,7 @@ def load_all_queries() -> dict[str, str]:
         for name, text in load_queries(entry.read_text()).items():
             if name in queries:
                 raise ValueError(f"query {name!r} is defined twice ({entry.name})")
-            queries[name] = text
+            queries[name] = expand_columns(name, text)
     return queries
 
 

@@ -122,11 +122,8 @@ gone_far AS (
 g AS (
     SELECT * FROM gone UNION ALL SELECT * FROM gone_far
 )
-INSERT INTO job_history (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-                         status, attempt, max_attempts, timeout_seconds, target_kind, target,
-                         payload, last_error, created_at, finished_at)
-SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, 'CANCELLED',
-       attempt, max_attempts, timeout_seconds, target_kind, target, payload,
+INSERT INTO job_history ({job.given}, status, attempt, last_error, created_at, finished_at)
+SELECT {job.given}, 'CANCELLED', attempt,
        'cron job deleted', created_at, now()
   FROM g
 RETURNING id;

@@ -108,11 +108,8 @@ retried AS (
     RETURNING j.id, j.attempt
 ),
 hist AS (
-    INSERT INTO job_history (id, owner_service, idempotency_key, type, cron_id, scheduled_for,
-                             run_at, status, attempt, max_attempts, timeout_seconds, target_kind,
-                             target, payload, last_error, created_at, finished_at)
-    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, outcome,
-           attempt, max_attempts, timeout_seconds, target_kind, target, payload,
+    INSERT INTO job_history ({job.given}, status, attempt, last_error, created_at, finished_at)
+    SELECT {job.given}, outcome, attempt,
            coalesce(new_error, last_error), created_at, coalesce(%(now)s, now())
       FROM moved
 ),
@@ -177,11 +174,8 @@ WITH gone AS (
        AND id <> %(keep)s
     RETURNING *
 )
-INSERT INTO job_history (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-                         status, attempt, max_attempts, timeout_seconds, target_kind, target,
-                         payload, last_error, created_at, finished_at)
-SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, 'CANCELLED',
-       attempt, max_attempts, timeout_seconds, target_kind, target, payload,
+INSERT INTO job_history ({job.given}, status, attempt, last_error, created_at, finished_at)
+SELECT {job.given}, 'CANCELLED', attempt,
        'replaced by a newer occurrence (concurrency REPLACE)', created_at, coalesce(%(now)s, now())
   FROM gone
 RETURNING id;

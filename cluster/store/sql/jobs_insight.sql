@@ -31,9 +31,7 @@ SELECT owner_service AS owner, count(*) AS n
 -- CANCELLED: a job cancelled before its runAt is read on its own, from the
 -- (owner, status, id) index.
 SELECT * FROM (
-    (SELECT 'far' AS place, id, owner_service, idempotency_key, type, cron_id, scheduled_for,
-            run_at, status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, NULL::timestamptz AS finished_at, paused_at, pause_reason
+    (SELECT 'far' AS place, {job.read}, status, attempt, last_error, created_at, NULL::timestamptz AS finished_at, paused_at, pause_reason
        FROM jobs_far
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
@@ -43,9 +41,7 @@ SELECT * FROM (
       ORDER BY id DESC
       LIMIT %(limit)s)
     UNION ALL
-    (SELECT 'near', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, NULL, paused_at, pause_reason
+    (SELECT 'near', {job.read}, status, attempt, last_error, created_at, NULL, paused_at, pause_reason
        FROM jobs
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = 'SCHEDULED'
@@ -56,9 +52,7 @@ SELECT * FROM (
       ORDER BY id DESC
       LIMIT %(limit)s)
     UNION ALL
-    (SELECT 'near', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, NULL, paused_at, pause_reason
+    (SELECT 'near', {job.read}, status, attempt, last_error, created_at, NULL, paused_at, pause_reason
        FROM jobs
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = 'RUNNING'
@@ -69,9 +63,7 @@ SELECT * FROM (
       ORDER BY id DESC
       LIMIT %(limit)s)
     UNION ALL
-    (SELECT 'history', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, finished_at, NULL, NULL
+    (SELECT 'history', {job.read}, status, attempt, last_error, created_at, finished_at, NULL, NULL
        FROM job_history
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
@@ -82,9 +74,7 @@ SELECT * FROM (
       ORDER BY id DESC
       LIMIT %(limit)s)
     UNION ALL
-    (SELECT 'history', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, finished_at, NULL, NULL
+    (SELECT 'history', {job.read}, status, attempt, last_error, created_at, finished_at, NULL, NULL
        FROM job_history
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = 'CANCELLED'
@@ -107,9 +97,7 @@ LIMIT %(limit)s;
 -- kept or dropped by the parameter, so that a generic plan still matches
 -- the partial index.
 SELECT * FROM (
-    (SELECT 'far' AS place, id, owner_service, idempotency_key, type, cron_id, scheduled_for,
-            run_at, status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, NULL::timestamptz AS finished_at, paused_at, pause_reason
+    (SELECT 'far' AS place, {job.read}, status, attempt, last_error, created_at, NULL::timestamptz AS finished_at, paused_at, pause_reason
        FROM jobs_far
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = %(status)s::text
@@ -120,9 +108,7 @@ SELECT * FROM (
       ORDER BY id DESC
       LIMIT %(limit)s)
     UNION ALL
-    (SELECT 'near', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, NULL, paused_at, pause_reason
+    (SELECT 'near', {job.read}, status, attempt, last_error, created_at, NULL, paused_at, pause_reason
        FROM jobs
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = 'SCHEDULED' AND %(status)s::text = 'SCHEDULED'
@@ -133,9 +119,7 @@ SELECT * FROM (
       ORDER BY id DESC
       LIMIT %(limit)s)
     UNION ALL
-    (SELECT 'near', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, NULL, paused_at, pause_reason
+    (SELECT 'near', {job.read}, status, attempt, last_error, created_at, NULL, paused_at, pause_reason
        FROM jobs
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = 'RUNNING' AND %(status)s::text = 'RUNNING'
@@ -146,9 +130,7 @@ SELECT * FROM (
       ORDER BY id DESC
       LIMIT %(limit)s)
     UNION ALL
-    (SELECT 'history', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, finished_at, NULL, NULL
+    (SELECT 'history', {job.read}, status, attempt, last_error, created_at, finished_at, NULL, NULL
        FROM job_history
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = %(status)s::text
@@ -206,9 +188,7 @@ SELECT date_trunc('minute', a.finished_at, 'UTC') AS minute, count(*) AS n,
 -- SCHEDULED rows only (migration 16): its RUNNING rows, the jobs in
 -- flight, are a branch of their own, as in search_jobs.
 SELECT * FROM (
-    (SELECT 'far' AS place, id, owner_service, idempotency_key, type, cron_id, scheduled_for,
-            run_at, status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, NULL::timestamptz AS finished_at, paused_at, pause_reason
+    (SELECT 'far' AS place, {job.read}, status, attempt, last_error, created_at, NULL::timestamptz AS finished_at, paused_at, pause_reason
        FROM jobs_far
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
@@ -219,9 +199,7 @@ SELECT * FROM (
       ORDER BY id DESC
       LIMIT %(limit)s)
     UNION ALL
-    (SELECT 'near', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, NULL, paused_at, pause_reason
+    (SELECT 'near', {job.read}, status, attempt, last_error, created_at, NULL, paused_at, pause_reason
        FROM jobs
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
@@ -232,9 +210,7 @@ SELECT * FROM (
       ORDER BY id DESC
       LIMIT %(limit)s)
     UNION ALL
-    (SELECT 'near', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, NULL, paused_at, pause_reason
+    (SELECT 'near', {job.read}, status, attempt, last_error, created_at, NULL, paused_at, pause_reason
        FROM jobs
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
@@ -245,9 +221,7 @@ SELECT * FROM (
       ORDER BY id DESC
       LIMIT %(limit)s)
     UNION ALL
-    (SELECT 'history', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-            status, attempt, max_attempts, timeout_seconds, target, payload, last_error,
-            created_at, finished_at, NULL, NULL
+    (SELECT 'history', {job.read}, status, attempt, last_error, created_at, finished_at, NULL, NULL
        FROM job_history
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)

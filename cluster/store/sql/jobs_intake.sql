@@ -14,16 +14,12 @@ SELECT job_id, fingerprint FROM job_keys
  WHERE owner_service = %(owner)s AND idempotency_key = %(key)s;
 
 -- name: insert_job
-INSERT INTO jobs (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-                  max_attempts, timeout_seconds, target_kind, target, payload)
-VALUES (%(id)s, %(owner)s, %(key)s, %(type)s, %(cron_id)s, %(scheduled_for)s, %(run_at)s,
-        %(max_attempts)s, %(timeout_seconds)s, %(target_kind)s, %(target)s, %(payload)s);
+INSERT INTO jobs ({job.given})
+VALUES ({job.given_params});
 
 -- name: insert_far_job
-INSERT INTO jobs_far (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-                      max_attempts, timeout_seconds, target_kind, target, payload)
-VALUES (%(id)s, %(owner)s, %(key)s, %(type)s, %(cron_id)s, %(scheduled_for)s, %(run_at)s,
-        %(max_attempts)s, %(timeout_seconds)s, %(target_kind)s, %(target)s, %(payload)s);
+INSERT INTO jobs_far ({job.given})
+VALUES ({job.given_params});
 
 -- name: insert_job_again
 -- A create once more, after its first try's link failed with the statement
@@ -36,20 +32,14 @@ WITH found AS (
     UNION ALL SELECT id FROM jobs_far WHERE id = %(id)s
     UNION ALL SELECT id FROM job_history WHERE id = %(id)s
 ), near AS (
-    INSERT INTO jobs (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-                  max_attempts, timeout_seconds, target_kind, target, payload)
-    SELECT %(id)s::uuid, %(owner)s::varchar, %(key)s::varchar, %(type)s::varchar, %(cron_id)s::uuid,
-           %(scheduled_for)s::timestamptz, %(run_at)s::timestamptz, %(max_attempts)s::int,
-           %(timeout_seconds)s::int, %(target_kind)s::varchar, %(target)s::jsonb, %(payload)s::jsonb
+    INSERT INTO jobs ({job.given})
+    SELECT {job.given_params_cast}
      WHERE NOT %(far)s AND NOT EXISTS (SELECT 1 FROM found)
     ON CONFLICT (id) DO NOTHING
     RETURNING 1
 ), far AS (
-    INSERT INTO jobs_far (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-                  max_attempts, timeout_seconds, target_kind, target, payload)
-    SELECT %(id)s::uuid, %(owner)s::varchar, %(key)s::varchar, %(type)s::varchar, %(cron_id)s::uuid,
-           %(scheduled_for)s::timestamptz, %(run_at)s::timestamptz, %(max_attempts)s::int,
-           %(timeout_seconds)s::int, %(target_kind)s::varchar, %(target)s::jsonb, %(payload)s::jsonb
+    INSERT INTO jobs_far ({job.given})
+    SELECT {job.given_params_cast}
      WHERE %(far)s AND NOT EXISTS (SELECT 1 FROM found)
     ON CONFLICT (id) DO NOTHING
     RETURNING 1
@@ -77,19 +67,15 @@ SELECT pg_terminate_backend(pid, 1000) AS ended FROM pg_stat_activity
 -- parses in C, where fourteen column arrays cost the API a Python loop per
 -- value to encode.
 --
--- Each row is an array, its values in the order of the store's
--- _BATCH_COLUMNS (cluster/store/postgres.py checks the list below against
--- it when it loads). Rows as objects, read by jsonb_to_recordset, cost
+-- Each row is an array, its values in the order of the batch_row list: the
+-- job's columns (cluster/model/columns.py) then the key's fingerprint and
+-- far (cluster/store/postgres/rows.py checks it when it loads). Rows as objects, read by jsonb_to_recordset, cost
 -- more: on a lab shard, reading a thousand rows took 13-16 ms as objects
 -- against 5-6 ms as arrays, and the whole statement for a thousand keyed
 -- jobs 35.6 against 30.3 ms (medians). The document is a third shorter
 -- without the column names, and a value is taken by position, not by name.
 WITH v AS (
-    SELECT (r->>0)::uuid AS id, r->>1 AS owner_service, r->>2 AS idempotency_key,
-           r->>3 AS fingerprint, r->>4 AS type, (r->>5)::uuid AS cron_id,
-           (r->>6)::timestamptz AS scheduled_for, (r->>7)::timestamptz AS run_at,
-           (r->>8)::int AS max_attempts, (r->>9)::int AS timeout_seconds,
-           r->>10 AS target_kind, r->11 AS target, r->12 AS payload, (r->>13)::bool AS far
+    SELECT {job.batch_row}
       FROM jsonb_array_elements(%(rows)s::jsonb) AS rows(r)
 ),
 keyed AS (
@@ -103,24 +89,20 @@ keyed AS (
     RETURNING job_id
 ),
 fresh AS (
-    -- A JSON null payload is the JSON null a single create stores (r->12
-    -- is never SQL NULL: a NULL was a 500 for the shard's part of the batch).
-    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-           max_attempts, timeout_seconds, target_kind, target, payload, far
+    -- A JSON null payload is the JSON null a single create stores (a JSON
+    -- value, r->N, is never SQL NULL: a NULL was a 500 for the shard's part
+    -- of the batch).
+    SELECT {job.given}, far
       FROM v WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM keyed)
 ),
 near_rows AS (
-    INSERT INTO jobs (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-                      max_attempts, timeout_seconds, target_kind, target, payload)
-    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-           max_attempts, timeout_seconds, target_kind, target, payload
+    INSERT INTO jobs ({job.given})
+    SELECT {job.given}
       FROM fresh WHERE NOT far
 ),
 far_rows AS (
-    INSERT INTO jobs_far (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-                          max_attempts, timeout_seconds, target_kind, target, payload)
-    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-           max_attempts, timeout_seconds, target_kind, target, payload
+    INSERT INTO jobs_far ({job.given})
+    SELECT {job.given}
       FROM fresh WHERE far
 )
 SELECT id FROM v
@@ -136,17 +118,14 @@ SELECT k.owner_service AS key_owner, k.idempotency_key AS key, k.fingerprint AS 
   FROM unnest(%(owners)b::text[], %(keys)b::text[]) AS v(owner_service, idempotency_key)
   JOIN job_keys k ON k.owner_service = v.owner_service AND k.idempotency_key = v.idempotency_key
   LEFT JOIN LATERAL (
-    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, status,
-           attempt, max_attempts, timeout_seconds, target, payload, last_error, created_at,
+    SELECT {job.read}, status, attempt, last_error, created_at,
            NULL::timestamptz AS finished_at
       FROM jobs_far WHERE id = k.job_id
     UNION ALL
-    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, status,
-           attempt, max_attempts, timeout_seconds, target, payload, last_error, created_at, NULL
+    SELECT {job.read}, status, attempt, last_error, created_at, NULL
       FROM jobs WHERE id = k.job_id
     UNION ALL
-    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, status,
-           attempt, max_attempts, timeout_seconds, target, payload, last_error, created_at,
+    SELECT {job.read}, status, attempt, last_error, created_at,
            finished_at
       FROM job_history WHERE id = k.job_id
     LIMIT 1
@@ -155,18 +134,15 @@ SELECT k.owner_service AS key_owner, k.idempotency_key AS key, k.fingerprint AS 
 -- name: get_job
 -- Far, then near, then history: the order in which a job moves, so a job
 -- that moves between two reads is still found.
-SELECT 'far' AS place, id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-       status, attempt, max_attempts, timeout_seconds, target, payload, last_error, created_at,
+SELECT 'far' AS place, {job.read}, status, attempt, last_error, created_at,
        NULL::timestamptz AS finished_at, paused_at, pause_reason
   FROM jobs_far WHERE id = %(id)s AND owner_service = %(owner)s
 UNION ALL
-SELECT 'near', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-       status, attempt, max_attempts, timeout_seconds, target, payload, last_error, created_at,
+SELECT 'near', {job.read}, status, attempt, last_error, created_at,
        NULL, paused_at, pause_reason
   FROM jobs WHERE id = %(id)s AND owner_service = %(owner)s
 UNION ALL
-SELECT 'history', id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-       status, attempt, max_attempts, timeout_seconds, target, payload, last_error, created_at,
+SELECT 'history', {job.read}, status, attempt, last_error, created_at,
        finished_at, NULL, NULL
   FROM job_history WHERE id = %(id)s AND owner_service = %(owner)s
 LIMIT 1;
@@ -191,12 +167,9 @@ WITH gone AS (
      WHERE id = %(id)s AND owner_service = %(owner)s AND status = 'SCHEDULED'
     RETURNING *
 )
-INSERT INTO job_history (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-                         status, attempt, max_attempts, timeout_seconds, target_kind, target,
-                         payload, last_error, created_at, finished_at)
-SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, 'CANCELLED',
-       attempt, max_attempts, timeout_seconds, target_kind, target, payload, last_error,
-       created_at, coalesce(%(now)s, now())
+INSERT INTO job_history ({job.given}, status, attempt, last_error, created_at, finished_at)
+SELECT {job.given}, 'CANCELLED', attempt,
+       last_error, created_at, coalesce(%(now)s, now())
   FROM gone
 RETURNING id;
 
@@ -206,12 +179,9 @@ WITH gone AS (
      WHERE id = %(id)s AND owner_service = %(owner)s AND status = 'SCHEDULED'
     RETURNING *
 )
-INSERT INTO job_history (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-                         status, attempt, max_attempts, timeout_seconds, target_kind, target,
-                         payload, last_error, created_at, finished_at)
-SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, 'CANCELLED',
-       attempt, max_attempts, timeout_seconds, target_kind, target, payload, last_error,
-       created_at, coalesce(%(now)s, now())
+INSERT INTO job_history ({job.given}, status, attempt, last_error, created_at, finished_at)
+SELECT {job.given}, 'CANCELLED', attempt,
+       last_error, created_at, coalesce(%(now)s, now())
   FROM gone
 RETURNING id;
 
@@ -235,13 +205,10 @@ series AS (
      WHERE job_id = %(id)s AND outcome = 'RETRIED'
 ),
 revived AS (
-    INSERT INTO jobs (id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at,
-                      status, attempt, max_attempts, timeout_seconds, target_kind, target,
-                      payload, last_error, created_at)
-    SELECT o.id, o.owner_service, o.idempotency_key, o.type, o.cron_id, o.scheduled_for,
-           coalesce(%(run_at)s, %(now)s, now()), 'SCHEDULED', o.attempt,
+    INSERT INTO jobs ({job.carried}, run_at, status, attempt, max_attempts, last_error, created_at)
+    SELECT {job.carried:o}, coalesce(%(run_at)s, %(now)s, now()), 'SCHEDULED', o.attempt,
            least(o.attempt + coalesce(%(max_attempts)s, greatest(o.max_attempts - s.base, 1)), 100),
-           o.timeout_seconds, o.target_kind, o.target, o.payload, o.last_error, o.created_at
+           o.last_error, o.created_at
       FROM old o CROSS JOIN series s
     RETURNING id, attempt, max_attempts
 ),

@@ -27,13 +27,9 @@ dead AS (
     RETURNING j.*
 ),
 hist AS (
-    INSERT INTO job_history (id, owner_service, idempotency_key, type, cron_id, scheduled_for,
-                             run_at, status, attempt, max_attempts, timeout_seconds, target_kind,
-                             target, payload, last_error, created_at, finished_at)
-    SELECT id, owner_service, idempotency_key, type, cron_id, scheduled_for, run_at, 'FAILED',
-           attempt, max_attempts, timeout_seconds, target_kind, target, payload,
-           'lease expired (worker ' || coalesce(locked_by, '?') || '), no attempts left',
-           created_at, coalesce(%(now)s, now())
+    INSERT INTO job_history ({job.given}, status, attempt, last_error, created_at, finished_at)
+    SELECT {job.given}, 'FAILED', attempt,
+           'lease expired (worker ' || coalesce(locked_by, '?') || '), no attempts left', created_at, coalesce(%(now)s, now())
       FROM dead
 ),
 log AS (
