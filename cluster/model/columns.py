@@ -1,4 +1,5 @@
-"""The job described once: its columns, from which the store derives the rest.
+"""A job and a cron described once: their columns, from which the store
+derives the rest.
 
 A job is two things: its *description* (what a create gives: owner, type,
 target, payload, limits...) and its *state* (status, attempt, lease,
@@ -12,6 +13,11 @@ description is listed here, once; from this list come:
 - the PostgreSQL store's create values (single, lean binary, batch rows)
   and the record it decodes from a row (:mod:`cluster.store.postgres.rows`),
 - the in-memory store's new records (:func:`record_from_params`).
+
+A cron's definition is listed the same way (:data:`CRON_GIVEN`, the named
+SQL's ``{cron.given}`` and the like): its insert, batch insert, update,
+the store's parameters and :meth:`~cluster.model.crons.CronRecord.from_row`
+come from it.
 
 Adding a field to a job: a :class:`~cluster.model.jobs.JobRecord` field and
 a :class:`~cluster.model.jobs.CreateJobParams` field of the same name, a
@@ -30,10 +36,14 @@ from cluster.model.jobs import CreateJobParams, JobRecord, JobStatus
 
 __all__ = [
     "BATCH_EXTRAS",
+    "CRON_GIVEN",
+    "CRON_IDENTITY",
+    "CRON_READ",
     "JOB_CARRIED",
     "JOB_GIVEN",
     "JOB_READ",
     "Column",
+    "column_lists",
     "job_column_lists",
     "record_from_params",
 ]
@@ -87,6 +97,41 @@ JOB_CARRIED = tuple(c for c in JOB_GIVEN if not c.changes)
 # fingerprint (for the ledger) and the table the job goes to.
 BATCH_EXTRAS: tuple[tuple[str, str], ...] = (("fingerprint", "text"), ("far", "bool"))
 
+# A cron's definition, in the order of cron_jobs' columns: what a create
+# writes and an update replaces (but its identity).
+CRON_GIVEN: tuple[Column, ...] = (
+    Column("id", "id", "id", "uuid"),
+    Column("owner_service", "owner", "owner", "varchar"),
+    Column("name", "name", "name", "varchar"),
+    Column("schedule", "schedule", "schedule", "varchar"),
+    Column("schedule_kind", "schedule_kind", "schedule_kind", "varchar"),
+    Column("time_zone", "time_zone", "time_zone", "varchar"),
+    Column("type", "type", "type", "varchar"),
+    Column("target_kind", None, "target_kind", "varchar"),
+    Column("target", "target", "target", "jsonb"),
+    Column("payload", "payload", "payload", "jsonb"),
+    Column("misfire_policy", "misfire_policy", "misfire_policy", "varchar"),
+    Column("concurrency", "concurrency", "concurrency", "varchar"),
+    Column("jitter_seconds", "jitter_seconds", "jitter_seconds", "int"),
+    Column("max_attempts", "max_attempts", "max_attempts", "int"),
+    Column("timeout_seconds", "timeout_seconds", "timeout_seconds", "int"),
+    Column("starting_deadline_seconds", "starting_deadline_seconds", "starting_deadline_seconds", "int", nullable=True),
+    Column("enabled", "enabled", "enabled", "bool"),
+    Column("anchor", "anchor", "anchor", "timestamptz"),
+    Column("next_fire_at", "next_fire_at", "next_fire_at", "timestamptz", nullable=True),
+    Column("fingerprint", "fingerprint", "fingerprint", "varchar"),
+    Column("month_end_policy", "month_end_policy", "month_end_policy", "varchar"),
+    Column("dst_policy", "dst_policy", "dst_policy", "varchar"),
+    Column("start_at", "start_at", "start_at", "timestamptz", nullable=True),
+    Column("end_at", "end_at", "end_at", "timestamptz", nullable=True),
+    Column("max_runs", "max_runs", "max_runs", "int", nullable=True),
+)
+CRON_READ = tuple(c for c in CRON_GIVEN if c.field is not None)
+# What an update never changes: the row it matches.
+CRON_IDENTITY = ("id", "owner_service", "name")
+# An array of each column, for a batch (unnest); JSON travels as text.
+_ARRAY_TYPES = {"varchar": "text", "jsonb": "text"}
+
 for _c in JOB_GIVEN:
     if _c.source not in CreateJobParams._fields and not hasattr(CreateJobParams, _c.source):
         raise RuntimeError(f"CreateJobParams has no {_c.source!r} for column {_c.name}")
@@ -112,6 +157,37 @@ def _batch_row() -> str:
         else:
             out.append(f"(r->>{at})::{sql_type} AS {name}")
     return ", ".join(out)
+
+
+def _cron_lists(prefix: str) -> dict[str, str]:
+    return {
+        "given": _names(CRON_GIVEN, prefix),
+        "given_params": ", ".join(f"%({c.param})s" for c in CRON_GIVEN),
+        # A batch's arrays, one per column, named as the columns (insert_crons).
+        "given_arrays": ", ".join(
+            f"%({c.name})b::{_ARRAY_TYPES.get(c.sql_type, c.sql_type)}[]" for c in CRON_GIVEN
+        ),
+        # The batch's values as the columns take them (JSON came as text).
+        "given_cast": ", ".join(
+            f"{prefix}{c.name}::jsonb" if c.sql_type == "jsonb" else f"{prefix}{c.name}"
+            for c in CRON_GIVEN
+        ),
+        # An update: every column but the identity, from its parameter.
+        "set_params": ", ".join(
+            f"{c.name} = %({c.param})s" for c in CRON_GIVEN if c.name not in CRON_IDENTITY
+        ),
+        "read": _names(CRON_READ, prefix),
+    }
+
+
+def column_lists(table: str, prefix: str = "") -> dict[str, str]:
+    """The lists the named SQL refers to as ``{<table>.<list>}``, ``table``
+    being ``job`` or ``cron`` (see :func:`job_column_lists`)."""
+    if table == "cron":
+        return _cron_lists(prefix)
+    if table == "job":
+        return job_column_lists(prefix)
+    raise ValueError(f"no column lists for {table!r}")
 
 
 def job_column_lists(prefix: str = "") -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""A job is described once (cluster/model/columns.py): every statement that
+"""A job (and a cron) is described once (cluster/model/columns.py): every statement that
 writes a job's row writes all of its columns, every read of a record reads
 them, and the model's records have no field the catalogue does not know.
 A field added to the model without its Column, or a statement that lists a
@@ -11,10 +11,19 @@ import re
 import uuid
 from datetime import UTC, datetime
 
-from cluster.model import CreateJobParams, JobRecord, JobStatus
-from cluster.model.columns import JOB_GIVEN, JOB_READ, job_column_lists, record_from_params
+from cluster.model import CreateJobParams, CronRecord, JobRecord, JobStatus
+from cluster.model.columns import (
+    CRON_GIVEN,
+    CRON_READ,
+    JOB_GIVEN,
+    JOB_READ,
+    job_column_lists,
+    record_from_params,
+)
 from cluster.store.postgres.rows import _record_from_params
+from cluster.store.postgres_cron.rows import cron_columns, cron_row
 from cluster.store.sql import QUERIES, expand_columns
+from tests.helpers import cron_record
 
 # A record's state: the state machine's fields, the same for every job.
 STATE = {
@@ -82,3 +91,31 @@ def test_both_stores_make_the_same_record_of_a_create() -> None:
     made = record_from_params(p)
     assert made == _record_from_params(p)
     assert made.status is JobStatus.SCHEDULED and made.attempt == 0
+
+
+# A cron's state: what the materializer, the fold and pause write.
+CRON_STATE = {
+    "last_fire_at", "last_success_at", "missed_count", "skipped_count", "created_at", "updated_at",
+    "run_count", "paused_at", "pause_reason", "last_result", "last_result_at",
+}  # fmt: skip
+
+
+def test_every_field_of_a_cron_is_described_or_state() -> None:
+    fields = {f.name for f in dataclasses.fields(CronRecord)}
+    described = {c.field for c in CRON_READ}
+    assert fields - CRON_STATE == described
+    for c in CRON_GIVEN:
+        assert hasattr(CronRecord, c.source) or c.source in fields, c
+
+
+def test_the_cron_statements_take_what_the_store_passes() -> None:
+    record = cron_record("svc", "c", next_fire_at=datetime.now(UTC))
+    row, arrays = cron_row(record), cron_columns([record])
+    for name, passed in (("insert_cron", row), ("update_cron", row), ("insert_crons", arrays)):
+        taken = set(re.findall(r"%\((\w+)\)[sb]", QUERIES[name]))
+        # An update matches by id and owner and never renames: it takes the rest.
+        assert taken == set(passed) - ({"name"} if name == "update_cron" else set()), name
+    assert CronRecord.from_row(
+        {**{c.name: getattr(record, c.source) for c in CRON_GIVEN},
+         **{f: getattr(record, f) for f in CRON_STATE}}
+    ) == record  # fmt: skip

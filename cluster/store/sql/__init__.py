@@ -5,7 +5,7 @@ table (``jobs_intake.sql``, ``jobs_claims.sql``, ``jobs_upkeep.sql``,
 ``jobs_insight.sql``, ``crons_intake.sql``, ``crons_upkeep.sql``,
 ``shards.sql``), each of ``-- name: <name>`` blocks. :data:`QUERIES` maps
 every name of every file to its text, in one namespace, loaded once; a name
-defined twice, in one file or in two, is refused. A job's column lists are
+defined twice, in one file or in two, is refused. A job's (and a cron's) column lists are
 written ``{job.given}``, ``{job.read:j}`` and the like: each is expanded
 once, here, into the literal list :mod:`cluster.model.columns` describes
 (with the table alias after the colon), so the planner sees plain SQL and a
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from cluster.model.columns import job_column_lists
+from cluster.model.columns import column_lists
 
 __all__ = [
     "QUERIES",
@@ -31,18 +31,19 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
-# {job.<list>} or {job.<list>:<alias>}: a column list of cluster.model.columns.
-_COLUMNS = re.compile(r"\{job\.(\w+)(?::(\w+))?\}")
+# {job.<list>} or {cron.<list>:<alias>}: a column list of cluster.model.columns.
+_COLUMNS = re.compile(r"\{(job|cron)\.(\w+)(?::(\w+))?\}")
 
 
 def expand_columns(name: str, text: str) -> str:
-    """``text`` with every ``{job.<list>[:alias]}`` replaced by its columns."""
+    """``text`` with every ``{job.<list>[:alias]}`` (and ``{cron.…}``)
+    replaced by its columns."""
 
     def expand(match: re.Match[str]) -> str:
-        lists = job_column_lists(f"{match[2]}." if match[2] else "")
-        if match[1] not in lists:
+        lists = column_lists(match[1], f"{match[3]}." if match[3] else "")
+        if match[2] not in lists:
             raise ValueError(f"query {name!r} names an unknown column list {match[0]}")
-        return lists[match[1]]
+        return lists[match[2]]
 
     return _COLUMNS.sub(expand, text)
 

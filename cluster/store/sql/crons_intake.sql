@@ -11,16 +11,8 @@ SELECT owner_service AS owner, count(*) AS n
  LIMIT %(limit)s;
 
 -- name: insert_cron
-INSERT INTO cron_jobs (id, owner_service, name, schedule, schedule_kind, time_zone, type,
-                       target_kind, target, payload, misfire_policy, concurrency, jitter_seconds,
-                       max_attempts, timeout_seconds, starting_deadline_seconds, enabled, anchor,
-                       next_fire_at, fingerprint, month_end_policy, dst_policy, start_at, end_at,
-                       max_runs)
-VALUES (%(id)s, %(owner)s, %(name)s, %(schedule)s, %(schedule_kind)s, %(time_zone)s, %(type)s,
-        %(target_kind)s, %(target)s, %(payload)s, %(misfire_policy)s, %(concurrency)s,
-        %(jitter_seconds)s, %(max_attempts)s, %(timeout_seconds)s, %(starting_deadline_seconds)s,
-        %(enabled)s, %(anchor)s, %(next_fire_at)s, %(fingerprint)s, %(month_end_policy)s,
-        %(dst_policy)s, %(start_at)s, %(end_at)s, %(max_runs)s)
+INSERT INTO cron_jobs ({cron.given})
+VALUES ({cron.given_params})
 ON CONFLICT (owner_service, name) DO NOTHING
 RETURNING *;
 
@@ -37,31 +29,11 @@ SELECT c.*, cron_recent_success(c.id) AS recent_success_at,
 -- transaction inserted after this statement's snapshot comes back in
 -- neither part: the store reads it with get_crons_by_names.
 WITH v AS (
-    SELECT * FROM unnest(%(ids)b::uuid[], %(owners)b::text[], %(names)b::text[],
-                         %(schedules)b::text[], %(schedule_kinds)b::text[], %(time_zones)b::text[],
-                         %(types)b::text[], %(target_kinds)b::text[], %(targets)b::text[],
-                         %(payloads)b::text[], %(misfire_policies)b::text[],
-                         %(concurrencies)b::text[], %(jitters)b::int[], %(max_attempts)b::int[],
-                         %(timeouts)b::int[], %(deadlines)b::int[], %(enabled)b::bool[],
-                         %(anchors)b::timestamptz[], %(next_fire)b::timestamptz[],
-                         %(fingerprints)b::text[], %(month_ends)b::text[],
-                         %(dsts)b::text[], %(start_ats)b::timestamptz[],
-                         %(end_ats)b::timestamptz[], %(max_runs)b::int[])
-           AS v(id, owner_service, name, schedule, schedule_kind, time_zone, type, target_kind,
-                target, payload, misfire_policy, concurrency, jitter_seconds, max_attempts,
-                timeout_seconds, starting_deadline_seconds, enabled, anchor, next_fire_at,
-                fingerprint, month_end_policy, dst_policy, start_at, end_at, max_runs)
+    SELECT * FROM unnest({cron.given_arrays}) AS v({cron.given})
 ),
 ins AS (
-    INSERT INTO cron_jobs (id, owner_service, name, schedule, schedule_kind, time_zone, type,
-                           target_kind, target, payload, misfire_policy, concurrency,
-                           jitter_seconds, max_attempts, timeout_seconds,
-                           starting_deadline_seconds, enabled, anchor, next_fire_at, fingerprint,
-                           month_end_policy, dst_policy, start_at, end_at, max_runs)
-    SELECT id, owner_service, name, schedule, schedule_kind, time_zone, type, target_kind,
-           target::jsonb, payload::jsonb, misfire_policy, concurrency, jitter_seconds,
-           max_attempts, timeout_seconds, starting_deadline_seconds, enabled, anchor,
-           next_fire_at, fingerprint, month_end_policy, dst_policy, start_at, end_at, max_runs
+    INSERT INTO cron_jobs ({cron.given})
+    SELECT {cron.given_cast}
       FROM v
     ON CONFLICT (owner_service, name) DO NOTHING
     RETURNING *
@@ -94,15 +66,7 @@ SELECT c.*, cron_recent_success(c.id) AS recent_success_at,
 
 -- name: update_cron
 UPDATE cron_jobs
-   SET schedule = %(schedule)s, schedule_kind = %(schedule_kind)s, time_zone = %(time_zone)s,
-       type = %(type)s, target_kind = %(target_kind)s, target = %(target)s, payload = %(payload)s,
-       misfire_policy = %(misfire_policy)s, concurrency = %(concurrency)s,
-       jitter_seconds = %(jitter_seconds)s, max_attempts = %(max_attempts)s,
-       timeout_seconds = %(timeout_seconds)s,
-       starting_deadline_seconds = %(starting_deadline_seconds)s, enabled = %(enabled)s,
-       anchor = %(anchor)s, next_fire_at = %(next_fire_at)s, fingerprint = %(fingerprint)s,
-       month_end_policy = %(month_end_policy)s, dst_policy = %(dst_policy)s,
-       start_at = %(start_at)s, end_at = %(end_at)s, max_runs = %(max_runs)s,
+   SET {cron.set_params},
        updated_at = now()
  WHERE id = %(id)s AND owner_service = %(owner)s
 RETURNING *;
