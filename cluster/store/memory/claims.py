@@ -27,6 +27,7 @@ from cluster.store.memory.shards import MAX_ATTEMPTS, MemRow, MemShard, MemShard
 
 __all__ = ["MemClaims"]
 
+
 class MemClaims(MemShards):
     """:class:`~cluster.store.contracts.claims.JobClaims` in memory."""
 

@@ -17,6 +17,7 @@ from cluster.store.memory.upkeep import MemUpkeep
 
 __all__ = ["MemInsight"]
 
+
 def _percentile_cont(ordered: list[float], fraction: float) -> float:
     """PostgreSQL's percentile_cont over sorted values: linear between the
     two nearest ranks."""

@@ -26,6 +26,7 @@ from cluster.store.memory.shards import MAX_ATTEMPTS, MemKey, MemRow, MemShard, 
 
 __all__ = ["MemIntake"]
 
+
 class MemIntake(MemShards):
     """:class:`~cluster.store.contracts.intake.JobIntake` in memory."""
 

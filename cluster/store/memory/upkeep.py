@@ -20,6 +20,7 @@ from cluster.store.memory.shards import MemShards
 
 __all__ = ["MemUpkeep"]
 
+
 class MemUpkeep(MemShards):
     """:class:`~cluster.store.contracts.upkeep.JobUpkeep` in memory."""
 

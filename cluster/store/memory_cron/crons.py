@@ -19,10 +19,11 @@ from cluster.model import (
     PendingInfo,
     PendingParams,
 )
-from cluster.store.base import CRON_SOON_SECONDS
+from cluster.store.contracts.cron_upkeep import CRON_SOON_SECONDS
 from cluster.store.memory import MemStore
 
 __all__ = ["MemCronShards", "MemCrons", "MemSlot"]
+
 
 class MemSlot(NamedTuple):
     """A row of the ledger (cron_occurrences): the slot's job, and when it was made."""

@@ -32,6 +32,7 @@ from cluster.store.memory_cron.crons import MemCronShards
 
 __all__ = ["MemCronIntake"]
 
+
 class MemCronIntake(MemCronShards):
     """:class:`~cluster.store.contracts.cron_intake.CronIntake` in memory."""
 

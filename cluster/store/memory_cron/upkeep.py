@@ -23,6 +23,7 @@ from cluster.store.memory_cron.crons import MemCronShards
 
 __all__ = ["MemCronUpkeep"]
 
+
 def _due_cron(c: CronRecord) -> DueCron:
     return DueCron(
         c.id,

@@ -31,6 +31,7 @@ from cluster.store.sql import QUERIES
 
 __all__ = ["PgCronIntake"]
 
+
 def _name_conflict(existing: CronRecord) -> Conflict:
     return Conflict(
         f"a cron job named {existing.name!r} exists with a different definition; "

@@ -17,6 +17,7 @@ from cluster.store.postgres import PgStore
 
 __all__ = ["PgCronPools"]
 
+
 class PgCronPools:
     """Crons on the pools of a :class:`PgStore` (one shard map, one error
     translation)."""
