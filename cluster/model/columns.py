@@ -94,8 +94,13 @@ JOB_READ = tuple(c for c in JOB_GIVEN if c.field is not None)
 # What every move between tables keeps as it is (a retry included).
 JOB_CARRIED = tuple(c for c in JOB_GIVEN if not c.changes)
 # A batch create's row carries these after the given columns: the key's
-# fingerprint (for the ledger) and the table the job goes to.
-BATCH_EXTRAS: tuple[tuple[str, str], ...] = (("fingerprint", "text"), ("far", "bool"))
+# fingerprint (for the ledger) and where the job goes (the far table, or
+# the horizon the statement places it by on the database's clock).
+BATCH_EXTRAS: tuple[tuple[str, str], ...] = (
+    ("fingerprint", "text"),
+    ("far", "bool"),
+    ("far_horizon_seconds", "float8"),
+)
 
 # A cron's definition, in the order of cron_jobs' columns: what a create
 # writes and an update replaces (but its identity).

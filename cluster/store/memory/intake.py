@@ -52,9 +52,13 @@ class MemIntake(MemShards):
                         shard=shard,
                     )
                 return CreateResult(existing, created=False)
+        far = params.far
+        if params.far_horizon_seconds is not None:
+            # Placed on the store's clock, as PostgreSQL places it on now().
+            far = params.run_at > now + timedelta(seconds=params.far_horizon_seconds)
         if params.id in s.rows:
             # As the tables' primary keys refuse it (and roll back the key).
-            constraint = "jobs_far_pkey" if params.far else "jobs_pkey"
+            constraint = "jobs_far_pkey" if far else "jobs_pkey"
             raise Conflict(
                 f"unique constraint {constraint} refused the write",
                 constraint=constraint,
@@ -63,7 +67,7 @@ class MemIntake(MemShards):
         if params.idempotency_key is not None:
             s.keys[(params.owner, params.idempotency_key)] = MemKey(params.id, params.fingerprint, now)
         job = record_from_params(params, created_at=now)
-        s.rows[job.id] = MemRow(job, far=params.far)
+        s.rows[job.id] = MemRow(job, far=far)
         # What PgStore returns for a new job: the record as asked, no
         # database defaults read back.
         return CreateResult(dataclasses.replace(job, created_at=None), created=True)

@@ -25,10 +25,11 @@ from cluster.store.postgres.rows import (
     _LEAN_INSERTS,
     _batch_args,
     _job_row,
-    _job_values,
     _record_from_params,
     _record_from_row,
     fetch_job,
+    insert_statement,
+    lean_values,
 )
 from cluster.store.sql import QUERIES
 
@@ -136,15 +137,15 @@ class PgCreates(PgShards):
         if params.idempotency_key is None:
             # One statement in autocommit: a transaction around it would add
             # a BEGIN and a COMMIT round trip, a third of a create's API CPU.
-            name = "insert_job_again" if again else "insert_far_job" if params.far else "insert_job"
+            name = "insert_job_again" if again else insert_statement(params)
             started = time.perf_counter()
             try:
                 async with self.connection(shard) as conn:
                     sessions.append(conn.pgconn.backend_pid)
                     if again:
-                        await conn.execute(QUERIES[name], {**_job_row(params), "far": params.far})
+                        await conn.execute(QUERIES[name], _job_row(params))
                     else:
-                        values = _job_values(params, conn.pgconn._encoding)
+                        values = lean_values(params, conn.pgconn._encoding)
                         await conn.run(_LEAN_INSERTS[name], values)
             finally:
                 self._observe(shard, name, time.perf_counter() - started)
@@ -170,7 +171,7 @@ class PgCreates(PgShards):
                     if existing is None:
                         raise _key_expired(params, shard)
                     return CreateResult(existing, created=False)
-                await cur.execute(QUERIES["insert_far_job" if params.far else "insert_job"], row)
+                await cur.execute(QUERIES[insert_statement(params)], row)
         return CreateResult(_record_from_params(params), created=True)
 
     async def _create_again(

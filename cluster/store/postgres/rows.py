@@ -61,16 +61,39 @@ _JOB_COLUMNS = _PARAMS
 _JOB_FORMATS = tuple(1 if c.sql_type in _BINARY else 0 for c in JOB_GIVEN)
 
 
+# insert_job_placed takes the horizon after the values (as text).
+_PLACED = "insert_job_placed"
+
+
 def _lean_insert(name: str) -> Statement:
     """``name`` as a statement for :meth:`WatchedConnection.run`, checked to
-    take the values :func:`_job_values` writes, in its order."""
+    take the values :func:`lean_values` writes, in its order."""
     sql, names = _positional(name)
-    if names != _JOB_COLUMNS:
-        raise RuntimeError(f"{name} takes {names}, not _job_values' {_JOB_COLUMNS}")
-    return Statement(name, sql, _JOB_FORMATS)
+    want, formats = _JOB_COLUMNS, _JOB_FORMATS
+    if name == _PLACED:
+        want, formats = (*want, "far_horizon"), (*formats, 0)
+    if names != want:
+        raise RuntimeError(f"{name} takes {names}, not _job_values' {want}")
+    return Statement(name, sql, formats)
 
 
-_LEAN_INSERTS = {name: _lean_insert(name) for name in ("insert_job", "insert_far_job")}
+_LEAN_INSERTS = {name: _lean_insert(name) for name in ("insert_job", "insert_far_job", _PLACED)}
+
+
+def insert_statement(p: CreateJobParams) -> str:
+    """The single create's statement: placed on the database's clock when
+    ``p`` has a horizon, else in the table its ``far`` says."""
+    if p.far_horizon_seconds is not None:
+        return _PLACED
+    return "insert_far_job" if p.far else "insert_job"
+
+
+def lean_values(p: CreateJobParams, encoding: str) -> list[bytes | None]:
+    """The values of :func:`insert_statement`'s statement on the lean path."""
+    values = _job_values(p, encoding)
+    if p.far_horizon_seconds is not None:
+        values.append(str(float(p.far_horizon_seconds)).encode())
+    return values
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _INT8 = struct.Struct("!q").pack
 
@@ -112,7 +135,8 @@ _job_values: Callable[[CreateJobParams, str], list[bytes | None]] = _compiled(
     _pg_instant=_pg_instant,
     json_bytes=json_bytes,
 )
-# A create's parameters as the single statements take them (orjson's text,
+# A create's parameters as the single statements take them, where it goes
+# included (insert_job_placed, insert_job_again) (orjson's text,
 # json_bytes, for the JSON values, not psycopg's default json.dumps: a tenth
 # of the CPU, two values a create).
 _job_row: Callable[[CreateJobParams], dict[str, Any]] = _compiled(
@@ -123,7 +147,7 @@ _job_row: Callable[[CreateJobParams], dict[str, Any]] = _compiled(
         f"{c.param!r}: Jsonb(p.{c.source}, json_bytes)" if c.sql_type == "jsonb" else f"{c.param!r}: p.{c.source}"
         for c in JOB_GIVEN
     )
-    + ", 'fingerprint': p.fingerprint}",
+    + ", 'fingerprint': p.fingerprint, 'far': p.far, 'far_horizon': p.far_horizon_seconds}",
     Jsonb=Jsonb,
     json_bytes=json_bytes,
 )

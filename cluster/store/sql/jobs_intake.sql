@@ -21,26 +21,45 @@ VALUES ({job.given_params});
 INSERT INTO jobs_far ({job.given})
 VALUES ({job.given_params});
 
+-- name: insert_job_placed
+-- A single create placed on this database's clock (DESIGN.md: now() is the
+-- authority): the hot table when due within the horizon, else the far one.
+-- The values come first and the horizon last, so the lean path's values
+-- (cluster/store/postgres/rows.py) are insert_job's and one more.
+WITH near AS (
+    INSERT INTO jobs ({job.given})
+    SELECT {job.given_params_cast}
+     WHERE %(run_at)s::timestamptz <= now() + make_interval(secs => %(far_horizon)s::float8)
+    RETURNING 1
+)
+INSERT INTO jobs_far ({job.given})
+SELECT {job.given_params_cast}
+ WHERE %(run_at)s::timestamptz > now() + make_interval(secs => %(far_horizon)s::float8);
+
 -- name: insert_job_again
 -- A create once more, after its first try's link failed with the statement
 -- sent (an ambiguous commit). The job's id is the create's own idempotency
 -- key: nothing is inserted when the first try committed, wherever the job is
 -- by now (near, far, or finished already). Only this rare retry pays for the
 -- history lookup (the primary key of each day).
-WITH found AS (
+WITH place AS (
+    -- With a horizon, the table is chosen on this database's clock.
+    SELECT coalesce(%(run_at)s::timestamptz > now() + make_interval(secs => %(far_horizon)s::float8),
+                    %(far)s::bool) AS far
+), found AS (
     SELECT id FROM jobs WHERE id = %(id)s
     UNION ALL SELECT id FROM jobs_far WHERE id = %(id)s
     UNION ALL SELECT id FROM job_history WHERE id = %(id)s
 ), near AS (
     INSERT INTO jobs ({job.given})
     SELECT {job.given_params_cast}
-     WHERE NOT %(far)s AND NOT EXISTS (SELECT 1 FROM found)
+     WHERE NOT (SELECT far FROM place) AND NOT EXISTS (SELECT 1 FROM found)
     ON CONFLICT (id) DO NOTHING
     RETURNING 1
 ), far AS (
     INSERT INTO jobs_far ({job.given})
     SELECT {job.given_params_cast}
-     WHERE %(far)s AND NOT EXISTS (SELECT 1 FROM found)
+     WHERE (SELECT far FROM place) AND NOT EXISTS (SELECT 1 FROM found)
     ON CONFLICT (id) DO NOTHING
     RETURNING 1
 )
@@ -92,7 +111,10 @@ fresh AS (
     -- A JSON null payload is the JSON null a single create stores (a JSON
     -- value, r->N, is never SQL NULL: a NULL was a 500 for the shard's part
     -- of the batch).
-    SELECT {job.given}, far
+    -- A row with a horizon is placed on this database's clock; one without
+    -- went where its far said.
+    SELECT {job.given},
+           coalesce(run_at > now() + make_interval(secs => far_horizon_seconds), far) AS far
       FROM v WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM keyed)
 ),
 near_rows AS (
