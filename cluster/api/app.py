@@ -47,7 +47,8 @@ from cluster.config import Settings
 from cluster.coordination.base import ClusterView
 from cluster.errors import Overloaded, PayloadTooLarge, VakitError
 from cluster.looplag import watch_event_loop
-from cluster.store.base import CronStore, Store
+from cluster.store.contracts.api import ApiJobStore
+from cluster.store.contracts.cron_intake import CronIntake
 
 __all__ = ["ApiContext", "create_app"]
 
@@ -69,8 +70,8 @@ _DECLINED = "vakit.fast_route_declined"
 def create_app(
     settings: Settings,
     *,
-    store: Store,
-    crons: CronStore,
+    store: ApiJobStore,
+    crons: CronIntake,
     clock: Clock | None = None,
     view_factory: Callable[[], ClusterView] | None = None,
     latest_schema_version: int | None = None,

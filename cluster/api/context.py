@@ -32,7 +32,8 @@ from cluster.coordination.base import ClusterView
 from cluster.errors import Forbidden, InvalidRequest, PayloadTooLarge, Unauthorized
 from cluster.model.jsontext import json_bytes
 from cluster.services.quotas import OwnerLimits
-from cluster.store.base import CronStore, Store
+from cluster.store.contracts.api import ApiJobStore
+from cluster.store.contracts.cron_intake import CronIntake
 from cluster.targets.kinds import KINDS
 from cluster.targets.policy import TargetRefused
 from cluster.targets.registry import TargetEnv
@@ -63,8 +64,8 @@ class ApiContext:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
-        crons: CronStore,
+        store: ApiJobStore,
+        crons: CronIntake,
         clock: Clock,
         *,
         view_factory: Callable[[], ClusterView] | None = None,

@@ -16,7 +16,7 @@ from cluster.coordination.report import cluster_status
 from cluster.errors import VakitError
 from cluster.model import LatenessMinute, WorkersSeenParams
 from cluster.services.insight import Lateness, start_lateness
-from cluster.store.base import Store
+from cluster.store.contracts.insight import JobInsight
 
 __all__ = ["cluster_lateness", "lateness_out", "router", "shard_readiness"]
 
@@ -92,7 +92,7 @@ async def metrics_endpoint(operator: Operator) -> Response:
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
-async def shard_readiness(store: Store, latest: int) -> list[dict[str, Any]]:
+async def shard_readiness(store: JobInsight, latest: int) -> list[dict[str, Any]]:
     report = []
     for shard in range(store.shard_count):
         entry: dict[str, Any] = {"shard": shard}

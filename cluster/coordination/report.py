@@ -17,13 +17,13 @@ from typing import Any
 from cluster.coordination.base import ClusterView, ShardStatus
 from cluster.errors import VakitError
 from cluster.model import BacklogParams, WorkersSeenParams
-from cluster.store.base import Store
+from cluster.store.contracts.insight import JobInsight
 
 __all__ = ["cluster_status"]
 
 
 async def cluster_status(
-    store: Store, view: ClusterView | None, *, coordinated: bool
+    store: JobInsight, view: ClusterView | None, *, coordinated: bool
 ) -> dict[str, Any]:
     """``coordinated``: ZooKeeper is configured. ``view``: a started view of
     it, or None when it could not be reached (the report then says

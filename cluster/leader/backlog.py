@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cluster import metrics
 from cluster.model import BacklogParams
-from cluster.store.base import Store
+from cluster.store.contracts.upkeep import JobUpkeep
 
 __all__ = ["BacklogProbe"]
 
@@ -18,7 +18,7 @@ class BacklogProbe:
 
     name = "backlog"
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: JobUpkeep) -> None:
         self.store = store
 
     async def run_once(self, shard: int) -> int:

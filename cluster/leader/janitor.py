@@ -8,7 +8,8 @@ from datetime import datetime
 
 from cluster.clock import Clock
 from cluster.model import MaintainHistoryParams, PruneOccurrencesParams
-from cluster.store.base import CronStore, Store
+from cluster.store.contracts.cron_upkeep import CronUpkeep
+from cluster.store.contracts.upkeep import JobUpkeep
 
 __all__ = ["Janitor"]
 
@@ -29,10 +30,10 @@ class Janitor:
 
     def __init__(
         self,
-        store: Store,
+        store: JobUpkeep,
         retention_days: int,
         clock: Clock | None = None,
-        crons: CronStore | None = None,
+        crons: CronUpkeep | None = None,
         batch: int = 10_000,
         batches: int = 500,
     ) -> None:
@@ -59,7 +60,7 @@ class Janitor:
                 log.info("pruned %d cron occurrences", pruned, extra={"shard": shard})
         return len(result.dropped_partitions)
 
-    async def _prune_occurrences(self, crons: CronStore, shard: int, cutoff: datetime) -> int:
+    async def _prune_occurrences(self, crons: CronUpkeep, shard: int, cutoff: datetime) -> int:
         """The ledger's expired rows, a batch a statement (each its own
         transaction: no long lock on the materializer's table)."""
         params = PruneOccurrencesParams(cutoff, self.batch)

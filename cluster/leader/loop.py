@@ -33,7 +33,7 @@ class LeaderLoop:
     """Runs ``task.run_once(shard)`` every ``interval`` s for each led shard
     (each owned shard with ``owners_too``).
 
-    With ``wakes`` (a shard's wake-ups, :meth:`CronStore.cron_soon`) the loop
+    With ``wakes`` (a shard's wake-ups, :meth:`CronUpkeep.cron_soon`) the loop
     listens on each shard it runs and passes early when one comes, at most
     once per ``wake_gap`` s: wake-ups during a pass make one more pass after
     it, not one each. A wake-up only brings a pass forward; without them

@@ -53,7 +53,7 @@ from cluster.model import (
     PendingParams,
     WaitingCronsParams,
 )
-from cluster.store.base import CronStore
+from cluster.store.contracts.cron_upkeep import CronUpkeep
 from shardmap import encode_id
 
 __all__ = ["FOLD_DEFER_BACKLOG", "Materializer"]
@@ -82,7 +82,7 @@ class Materializer:
 
     def __init__(
         self,
-        crons: CronStore,
+        crons: CronUpkeep,
         *,
         clock: Clock | None = None,
         lookahead_seconds: float = 60.0,

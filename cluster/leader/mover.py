@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cluster import metrics
 from cluster.model import MoveFarParams
-from cluster.store.base import Store
+from cluster.store.contracts.upkeep import JobUpkeep
 
 __all__ = ["Mover"]
 
@@ -15,7 +15,7 @@ class Mover:
 
     name = "mover"
 
-    def __init__(self, store: Store, horizon_seconds: float, batch: int = 5000) -> None:
+    def __init__(self, store: JobUpkeep, horizon_seconds: float, batch: int = 5000) -> None:
         self.store = store
         self.horizon = horizon_seconds
         self.batch = batch

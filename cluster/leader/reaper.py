@@ -6,7 +6,7 @@ import logging
 
 from cluster import metrics
 from cluster.model import ReapParams
-from cluster.store.base import Store
+from cluster.store.contracts.upkeep import JobUpkeep
 
 __all__ = ["Reaper"]
 
@@ -19,7 +19,7 @@ class Reaper:
     name = "reaper"
 
     def __init__(
-        self, store: Store, batch: int = 1000, owners: frozenset[str] = frozenset()
+        self, store: JobUpkeep, batch: int = 1000, owners: frozenset[str] = frozenset()
     ) -> None:
         self.store = store
         self.batch = batch

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import shardmap
+from cluster.model.columns import CRON_READ
 
 __all__ = [
     "TIMING_FIELDS",
@@ -204,37 +205,16 @@ class CronRecord:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> CronRecord:
+        """A ``cron_jobs`` row: the definition's columns as
+        :mod:`cluster.model.columns` lists them, then the cron's state."""
         return cls(
-            id=row["id"],
-            owner=row["owner_service"],
-            name=row["name"],
-            schedule=row["schedule"],
-            schedule_kind=row["schedule_kind"],
-            time_zone=row["time_zone"],
-            type=row["type"],
-            target=row["target"],
-            payload=row["payload"],
-            misfire_policy=row["misfire_policy"],
-            concurrency=row["concurrency"],
-            jitter_seconds=row["jitter_seconds"],
-            max_attempts=row["max_attempts"],
-            timeout_seconds=row["timeout_seconds"],
-            starting_deadline_seconds=row["starting_deadline_seconds"],
-            enabled=row["enabled"],
-            anchor=row["anchor"],
-            next_fire_at=row["next_fire_at"],
-            fingerprint=row["fingerprint"],
+            **{c.field: row[c.name] for c in CRON_READ if c.field is not None},
             last_fire_at=row["last_fire_at"],
             last_success_at=_later(row["last_success_at"], row.get("recent_success_at")),
             missed_count=row["missed_count"],
             skipped_count=row["skipped_count"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
-            month_end_policy=row["month_end_policy"],
-            dst_policy=row["dst_policy"],
-            start_at=row["start_at"],
-            end_at=row["end_at"],
-            max_runs=row["max_runs"],
             run_count=row["run_count"],
             paused_at=row.get("paused_at"),
             pause_reason=row.get("pause_reason"),

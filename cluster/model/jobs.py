@@ -96,6 +96,10 @@ class CreateJobParams(NamedTuple):
     fingerprint: str | None = None
     cron_id: uuid.UUID | None = None
     far: bool = False  # due beyond the near horizon: goes to the far table
+    # Set: the store places the job itself, on the database's clock (far
+    # when run_at > now() + this), and ``far`` is not read. None: ``far``
+    # says (the caller decided, on its own clock).
+    far_horizon_seconds: float | None = None
 
     @property
     def target_kind(self) -> str:

@@ -15,7 +15,8 @@ import shardmap
 from cluster.clock import Clock
 from cluster.config import Settings
 from cluster.services.quotas import OwnerLimits
-from cluster.store.base import CronStore, Store
+from cluster.store.contracts.api import ApiJobStore
+from cluster.store.contracts.cron_intake import CronIntake
 
 __all__ = ["Services"]
 
@@ -25,9 +26,9 @@ class Services(Protocol):
     @property
     def settings(self) -> Settings: ...
     @property
-    def store(self) -> Store: ...
+    def store(self) -> ApiJobStore: ...
     @property
-    def crons(self) -> CronStore: ...
+    def crons(self) -> CronIntake: ...
     @property
     def clock(self) -> Clock: ...
     @property

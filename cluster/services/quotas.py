@@ -35,7 +35,8 @@ from collections.abc import Callable
 from cluster.config import Settings
 from cluster.errors import Overloaded, VakitError
 from cluster.model import OwnerCountsParams
-from cluster.store.base import CronStore, Store
+from cluster.store.contracts.cron_intake import CronIntake
+from cluster.store.contracts.insight import JobInsight
 
 __all__ = ["OwnerLimits", "TokenBucket"]
 
@@ -220,7 +221,7 @@ class OwnerLimits:
 
     # -- the counts, in the background ---------------------------------------------
 
-    async def refresh(self, store: Store, crons: CronStore) -> None:
+    async def refresh(self, store: JobInsight, crons: CronIntake) -> None:
         """Count pending jobs and cron jobs per owner on every shard, once.
         A shard that does not answer leaves the previous count standing."""
         params = OwnerCountsParams()
@@ -248,7 +249,7 @@ class OwnerLimits:
                     total[owner] = total.get(owner, 0) + n
             counted.landed(total)
 
-    async def run(self, store: Store, crons: CronStore, *, counted: bool = False) -> None:
+    async def run(self, store: JobInsight, crons: CronIntake, *, counted: bool = False) -> None:
         """Refresh the counts for as long as the API runs; ``counted``: a
         count has just landed, so the first one waits its turn."""
         if not (self.max_pending or self.max_crons):

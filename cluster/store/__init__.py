@@ -1,5 +1,7 @@
-"""The storage seam: the contracts (:mod:`.base`), PostgreSQL and in-memory
-implementations, migrations and the named SQL.
+"""The storage seam: the role contracts (:mod:`.contracts`; their union in
+:mod:`.base`), the PostgreSQL and in-memory implementations cut the same
+way (:mod:`.postgres`, :mod:`.postgres_cron`, :mod:`.memory`,
+:mod:`.memory_cron`), migrations and the named SQL (:mod:`.sql`).
 
 The names below are its public face for a program outside ``cluster``
 (the benchmarks): the PostgreSQL stores, to be used through their contracts

@@ -22,7 +22,7 @@ import shardmap
 from cluster import metrics
 from cluster.errors import ShardUnavailable
 from cluster.model import FinishParams, JobResult, Outcome
-from cluster.store.base import Store
+from cluster.store.contracts.claims import JobClaims
 from cluster.targets import FireResult
 from cluster.worker.inflight import InFlight, log_fields
 
@@ -48,7 +48,7 @@ class Completer:
     def __init__(
         self,
         shard: int,
-        store: Store,
+        store: JobClaims,
         inflight: dict[uuid.UUID, InFlight],
         *,
         batch: int,

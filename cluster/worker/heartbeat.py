@@ -21,7 +21,7 @@ from cluster import metrics
 from cluster.clock import Clock
 from cluster.errors import VakitError
 from cluster.model import HeartbeatParams
-from cluster.store.base import Store
+from cluster.store.contracts.claims import JobClaims
 from cluster.worker.inflight import InFlight, log_fields
 
 __all__ = ["Heartbeat"]
@@ -35,7 +35,7 @@ class Heartbeat:
 
     def __init__(
         self,
-        store: Store,
+        store: JobClaims,
         clock: Clock,
         inflight: Mapping[int, dict[uuid.UUID, InFlight]],
         *,

@@ -7,7 +7,7 @@ and how many used to be knobs (``prefetch_seconds``, ``max_inflight``) that
 only an operator who knew a wave was coming would turn.
 
 Here the worker looks: every poll, a cheap query per shard
-(:meth:`~cluster.store.base.Store.due_ahead`) says how many jobs fall due in
+(:meth:`~cluster.store.contracts.claims.JobClaims.due_ahead`) says how many jobs fall due in
 each of the next :data:`LOOKAHEAD_SECONDS`. A second holding more jobs than
 the regular claims can start on time is a wave; the worker claims its share
 of it (the jobs due from the wave's first second to its last, split evenly
@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 
 from cluster.clock import Clock
 from cluster.model import ClaimedJob, ClaimParams, DueAheadParams, DueSecond, WorkersSeenParams
-from cluster.store.base import Store
+from cluster.store.contracts.claims import JobClaims
 
 __all__ = [
     "JOB_BYTES",
@@ -113,7 +113,7 @@ class Preloader:
 
     def __init__(
         self,
-        store: Store,
+        store: JobClaims,
         worker_id: str,
         clock: Clock,
         *,

@@ -43,7 +43,7 @@ from cluster.model import (
     RevokeReplacedParams,
     WorkerBeatParams,
 )
-from cluster.store.base import Store
+from cluster.store.contracts.claims import JobClaims
 from cluster.targets import FireResult, Target
 from cluster.worker.completer import Completer, Fired
 from cluster.worker.firings import FiringMetrics
@@ -87,7 +87,7 @@ class Worker:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: JobClaims,
         coordinator: Coordinator,
         targets: dict[str, Target],
         *,

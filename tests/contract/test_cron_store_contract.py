@@ -46,6 +46,7 @@ from cluster.model import (
     PendingParams,
     PruneOccurrencesParams,
     ResumeCronParams,
+    RevokeReplacedParams,
     TriggerCronParams,
     WaitingCronsParams,
 )
@@ -227,6 +228,31 @@ async def test_trigger_once_per_instant_and_forbid_refuses_a_second(ch: CronHarn
         await ch.crons.trigger(0, TriggerCronParams(c, occ(c, ch.now() + timedelta(seconds=1))))
     runs = await ch.crons.runs(0, CronRunsParams(c.id, 10))
     assert [(r.job_id, r.status) for r in runs] == [(first.job_id, "SCHEDULED")]
+
+
+async def test_replace_revokes_the_other_running_occurrences_and_fences_their_workers(
+    ch: CronHarness,
+) -> None:
+    # The worker's revoke_replaced (claims), on a cron that was REPLACE from
+    # the start (the policy an occurrence carries is PgStore's alone).
+    c = cron(ch, concurrency="REPLACE")
+    await ch.crons.create(0, c)
+    old, new = occ(c, ch.now() - timedelta(seconds=20)), occ(c, ch.now() - timedelta(seconds=10))
+    for o in (old, new):
+        assert await ch.crons.trigger(0, TriggerCronParams(c, o))
+    claimed = {j.id: j for j in await ch.store.claim_jobs(0, ClaimParams("w", 10, 30, 0, now=ch.now()))}
+    assert claimed.keys() == {old.job_id, new.job_id}
+    revoke = RevokeReplacedParams(c.id, new.job_id, now=ch.now())
+    assert await ch.store.revoke_replaced(0, revoke) == 1
+    assert await ch.store.revoke_replaced(0, revoke) == 0
+    runs = {r.job_id: r.status for r in await ch.crons.runs(0, CronRunsParams(c.id, 10))}
+    assert runs == {old.job_id: "CANCELLED", new.job_id: "RUNNING"}
+
+    def done(job_id: uuid.UUID) -> FinishParams:
+        return FinishParams((JobResult(claimed[job_id].lease, Outcome.SUCCEEDED, "w", ch.now(), 0.0),), now=ch.now())
+
+    assert await ch.store.finish_jobs(0, done(old.job_id)) == set()  # fenced
+    assert await ch.store.finish_jobs(0, done(new.job_id)) == {new.job_id}
 
 
 # -- the materializer's reads --------------------------------------------------------------------

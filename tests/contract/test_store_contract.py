@@ -709,3 +709,29 @@ async def test_a_key_lives_as_long_as_its_jobs_history(h: Harness) -> None:
     # Once the history is gone too, so is the key.
     gone = MaintainHistoryParams(retention_days=30, today=h.now().date() + timedelta(days=70))
     assert (await h.store.maintain_history(SHARD, gone)).purged_keys == 1
+
+
+@pytest.mark.parametrize("key", [None, "placed"])
+@pytest.mark.parametrize("batch", [False, True])
+async def test_a_create_with_a_horizon_is_placed_on_the_stores_clock(
+    h: Harness, batch: bool, key: str | None
+) -> None:
+    # The horizon decides, on the store's clock (PostgreSQL's now()), and the
+    # caller's far is not read: here each says the opposite of the horizon.
+    later = job(h, run_at=h.now() + timedelta(hours=2), key=key and f"{key}-later")
+    soon = job(h, run_at=h.now() + timedelta(minutes=10), key=key and f"{key}-soon")
+    later = later._replace(far=False, far_horizon_seconds=3600.0)
+    soon = soon._replace(far=True, far_horizon_seconds=3600.0)
+    if batch:
+        results = await h.store.create_jobs(SHARD, CreateJobsParams((later, soon)))
+        assert all(isinstance(r, CreateResult) and r.created for r in results)
+    else:
+        for p in (later, soon):
+            assert (await h.store.create_job(SHARD, p)).created
+    # Far jobs are not claimed: only the one due within the horizon is near;
+    # the other is the mover's.
+    ahead = claim(h, prefetch=3 * 3600)
+    assert [j.id for j in await h.store.claim_jobs(SHARD, ahead)] == [soon.id]
+    moved = await h.store.move_far_jobs(SHARD, MoveFarParams(horizon_seconds=3 * 3600, now=h.now()))
+    assert moved == 1
+    assert [j.id for j in await h.store.claim_jobs(SHARD, ahead)] == [later.id]

@@ -49,7 +49,9 @@ from cluster.model import (
 )
 from cluster.store.pgshards import translate_errors
 from cluster.store.postgres import PgStore
+from cluster.store.postgres.rows import _job_row
 from cluster.store.postgres_cron import PgCronStore
+from cluster.store.sql import QUERIES
 from tests.helpers import cron_record, job_params
 
 pytestmark = pytest.mark.integration
@@ -344,3 +346,20 @@ async def test_replace_revokes_the_running_occurrences_made_under_it(store: PgSt
     # The revoked occurrence's worker is fenced.
     assert await store.finish_jobs(0, done(old.job_id)) == set()
     assert await store.finish_jobs(0, done(new.job_id)) == {new.job_id}
+
+
+async def test_a_create_tried_again_is_placed_by_its_horizon_and_written_once(store: PgStore) -> None:
+    # insert_job_again (a create whose link failed after it was sent) places
+    # the job as the first try did: on the shard's clock when it has a
+    # horizon, and never twice.
+    later = job_params("http://t.test/x", run_at=datetime.now(UTC) + timedelta(hours=2))
+    later = later._replace(far_horizon_seconds=3600.0)
+    soon = job_params("http://t.test/x", run_at=datetime.now(UTC) + timedelta(minutes=5), far=True)
+    soon = soon._replace(far_horizon_seconds=3600.0)
+    async with store.connection(0) as conn:
+        for p in (later, soon, later):
+            await conn.execute(QUERIES["insert_job_again"], _job_row(p))
+    ahead = ClaimParams("w", 10, 30, 0, prefetch_seconds=3 * 3600)
+    assert [j.id for j in await store.claim_jobs(0, ahead)] == [soon.id]
+    assert await store.move_far_jobs(0, MoveFarParams(3 * 3600)) == 1
+    assert [j.id for j in await store.claim_jobs(0, ahead)] == [later.id]

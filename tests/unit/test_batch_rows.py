@@ -12,21 +12,26 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cluster.model import CreateJobParams
-from cluster.store import postgres
+from cluster.store.postgres import rows as postgres
 from cluster.store.sql import QUERIES
 
 
-@pytest.mark.parametrize(("key", "far"), [(None, False), ("order-98213", True)])
-def test_a_batch_row_holds_the_single_creates_values_in_order(key: str | None, far: bool) -> None:
+@pytest.mark.parametrize(
+    ("key", "far", "horizon"), [(None, False, None), ("order-98213", True, None), (None, False, 3600.0)]
+)
+def test_a_batch_row_holds_the_single_creates_values_in_order(
+    key: str | None, far: bool, horizon: float | None
+) -> None:
     now = datetime.now(UTC)
     p = CreateJobParams(
         id=uuid.uuid4(), owner="svc", type="order.cancel", run_at=now + timedelta(seconds=3),
         scheduled_for=now, target={"kind": "HTTP", "url": "https://o.example/x"},
         payload={"order": 1}, max_attempts=3, timeout_seconds=30, idempotency_key=key,
         fingerprint="f" * 64 if key else None, cron_id=uuid.uuid4(), far=far,
+        far_horizon_seconds=horizon,
     )  # fmt: skip
     row = postgres._batch_row(p)
-    assert row == [*postgres._job_fields(p).values(), far]
+    assert row == [*postgres._job_fields(p).values(), far, horizon]
     assert len(row) == len(postgres._BATCH_COLUMNS)
 
 

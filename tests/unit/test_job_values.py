@@ -11,7 +11,14 @@ import pytest
 from psycopg.adapt import PyFormat, Transformer
 
 from cluster.model import CreateJobParams
-from cluster.store.postgres import _JOB_COLUMNS, _LEAN_INSERTS, _job_row, _job_values
+from cluster.store.postgres.rows import (
+    _JOB_COLUMNS,
+    _LEAN_INSERTS,
+    _job_row,
+    _job_values,
+    insert_statement,
+    lean_values,
+)
 
 ISTANBUL = timezone(timedelta(hours=3))
 
@@ -49,3 +56,17 @@ def test_the_values_are_what_psycopg_would_send(at: datetime, key: str | None, c
         assert dumped is not None
         expected.append(bytes(dumped))
     assert _job_values(p, "utf-8") == expected
+
+
+def test_a_placed_create_takes_the_values_and_then_its_horizon() -> None:
+    now = datetime.now(UTC)
+    p = CreateJobParams(
+        id=uuid.uuid4(), owner="svc", type="t", run_at=now, scheduled_for=now,
+        target={"kind": "HTTP", "url": "https://o.example/x"}, payload=None, max_attempts=3,
+        timeout_seconds=30, far_horizon_seconds=3600,
+    )  # fmt: skip
+    assert insert_statement(p) == "insert_job_placed"
+    assert insert_statement(p._replace(far_horizon_seconds=None, far=True)) == "insert_far_job"
+    placed, single = _LEAN_INSERTS["insert_job_placed"].formats, _LEAN_INSERTS["insert_job"].formats
+    assert placed is not None and single is not None and tuple(placed) == (*single, 0)
+    assert lean_values(p, "utf-8") == [*_job_values(p, "utf-8"), b"3600.0"]

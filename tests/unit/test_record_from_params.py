@@ -11,7 +11,7 @@ import pytest
 
 from cluster.model import CreateJobParams, JobRecord
 from cluster.model.jobs import JobStatus
-from cluster.store.postgres import _record_from_params
+from cluster.store.postgres.rows import _record_from_params
 
 
 @pytest.mark.parametrize("key", [None, "order-98213"])

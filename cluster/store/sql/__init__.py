@@ -1,8 +1,16 @@
 """Named SQL: every statement of the PostgreSQL store, and the migrations.
 
-``queries.sql`` holds ``-- name: <name>`` blocks; :data:`QUERIES` maps each
-name to its text, loaded once. Migrations are ``migrations/NNNN_name.sql``,
-applied in order by :mod:`cluster.store.migrate`.
+The statements are cut as the store is, one file per role contract and
+table (``jobs_intake.sql``, ``jobs_claims.sql``, ``jobs_upkeep.sql``,
+``jobs_insight.sql``, ``crons_intake.sql``, ``crons_upkeep.sql``,
+``shards.sql``), each of ``-- name: <name>`` blocks. :data:`QUERIES` maps
+every name of every file to its text, in one namespace, loaded once; a name
+defined twice, in one file or in two, is refused. A job's (and a cron's) column lists are
+written ``{job.given}``, ``{job.read:j}`` and the like: each is expanded
+once, here, into the literal list :mod:`cluster.model.columns` describes
+(with the table alias after the colon), so the planner sees plain SQL and a
+new field of a job needs no statement edited by hand. Migrations are
+``migrations/NNNN_name.sql``, applied in order by :mod:`cluster.store.migrate`.
 """
 
 from __future__ import annotations
@@ -11,9 +19,33 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["QUERIES", "Migration", "load_migrations", "load_queries"]
+from cluster.model.columns import column_lists
+
+__all__ = [
+    "QUERIES",
+    "Migration",
+    "expand_columns",
+    "load_all_queries",
+    "load_migrations",
+    "load_queries",
+]
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+# {job.<list>} or {cron.<list>:<alias>}: a column list of cluster.model.columns.
+_COLUMNS = re.compile(r"\{(job|cron)\.(\w+)(?::(\w+))?\}")
+
+
+def expand_columns(name: str, text: str) -> str:
+    """``text`` with every ``{job.<list>[:alias]}`` (and ``{cron.…}``)
+    replaced by its columns."""
+
+    def expand(match: re.Match[str]) -> str:
+        lists = column_lists(match[1], f"{match[3]}." if match[3] else "")
+        if match[2] not in lists:
+            raise ValueError(f"query {name!r} names an unknown column list {match[0]}")
+        return lists[match[2]]
+
+    return _COLUMNS.sub(expand, text)
 
 
 def load_queries(text: str) -> dict[str, str]:
@@ -49,4 +81,20 @@ def load_migrations() -> list[Migration]:
     return found
 
 
-QUERIES: dict[str, str] = load_queries(resources.files(__package__).joinpath("queries.sql").read_text())
+def load_all_queries() -> dict[str, str]:
+    """The statements of every ``*.sql`` file here (not the migrations), by
+    name, in one namespace."""
+    queries: dict[str, str] = {}
+    files = sorted(
+        (e for e in resources.files(__package__).iterdir() if e.name.endswith(".sql")),
+        key=lambda e: e.name,
+    )
+    for entry in files:
+        for name, text in load_queries(entry.read_text()).items():
+            if name in queries:
+                raise ValueError(f"query {name!r} is defined twice ({entry.name})")
+            queries[name] = expand_columns(name, text)
+    return queries
+
+
+QUERIES: dict[str, str] = load_all_queries()
