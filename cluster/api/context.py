@@ -19,7 +19,6 @@ import hashlib
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import Depends, Header, Query, Request
@@ -77,7 +76,6 @@ class ApiContext:
         self.clock = clock
         self.shards = shardmap.ShardMap(store.shard_count)
         # A job due later than now + this is created in the far table.
-        self.far_horizon = timedelta(seconds=settings.far_horizon_seconds)
         targets = TargetEnv.from_settings(settings)
         self.policy = targets.policy
         # Each kind's create-time check (cluster.targets.kinds).

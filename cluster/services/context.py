@@ -8,7 +8,6 @@ any object with these members.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any, Protocol
 
 import shardmap
@@ -33,9 +32,6 @@ class Services(Protocol):
     def clock(self) -> Clock: ...
     @property
     def shards(self) -> shardmap.ShardMap: ...
-    @property
-    def far_horizon(self) -> timedelta:
-        """A job due later than now + this is created in the far table."""
     @property
     def limits(self) -> OwnerLimits: ...
     @property

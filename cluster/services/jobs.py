@@ -40,7 +40,6 @@ __all__ = [
     "cancel_job",
     "create_job",
     "create_jobs",
-    "far_after",
     "get_job",
     "job_id_text",
     "locate",
@@ -70,12 +69,6 @@ def locate(ctx: Services, job_id: str) -> tuple[uuid.UUID, int]:
     return jid, ctx.shards.shard_of(jid)
 
 
-def far_after(ctx: Services) -> datetime:
-    """The near/far decision's edge: a job due after it is created in the
-    far table (the mover brings it in). On this process's clock."""
-    return ctx.clock.now() + ctx.far_horizon
-
-
 # A batch item's key is its own: the digest is of the rest of it.
 _BATCH_KEY_FIELD = {"idempotencyKey"}
 
@@ -85,12 +78,12 @@ def prepare(
     owner: str,
     body: CreateJobIn,
     key: str | None,
-    far_edge: datetime,
     digest: str | None,
 ) -> CreateJobParams:
     """The checks a body's schema cannot make (target policy, payload size),
-    and the job's parameters; a job due after ``far_edge`` goes to the far
-    table. A keyed job's id carries its key's slot, so a repeat finds the
+    and the job's parameters. The store places the job in the near or far
+    table on its database's clock (DESIGN.md: ``now()`` is the authority),
+    not on this host's. A keyed job's id carries its key's slot, so a repeat finds the
     first on the same shard; a keyless one's slot is random
     (:func:`_create_anywhere` draws another for another shard)."""
     target = target_dict(body.target)
@@ -114,7 +107,7 @@ def prepare(
         timeout_seconds=body.timeoutSeconds,
         idempotency_key=key,
         fingerprint=digest,
-        far=run_at > far_edge,
+        far_horizon_seconds=ctx.settings.far_horizon_seconds,
     )
 
 
@@ -126,7 +119,7 @@ async def create_job(
     if key is not None and not 1 <= len(key) <= 200:
         raise InvalidRequest("Idempotency-Key must be 1 to 200 characters")
     digest = fingerprint(body) if key is not None else None
-    params = prepare(ctx, owner, body, key, far_after(ctx), digest)
+    params = prepare(ctx, owner, body, key, digest)
     ctx.limits.admit_jobs(owner)
     if key is None:
         result = await _create_anywhere(ctx, params)
@@ -198,14 +191,13 @@ async def create_jobs(
     within them or none of it is written (a 429 the client can retry as it
     is). A job without a key is not retried on another shard: its write
     may have committed."""
-    far_edge = far_after(ctx)
     outcomes: dict[int, CreateResult | Exception] = {}
     by_shard: dict[int, list[tuple[int, CreateJobParams]]] = {}
     for index, item in jobs:
         key = item.idempotencyKey
         try:
             digest = fingerprint(item, exclude=_BATCH_KEY_FIELD) if key is not None else None
-            params = prepare(ctx, owner, item, key, far_edge, digest)
+            params = prepare(ctx, owner, item, key, digest)
         except VakitError as exc:
             outcomes[index] = exc
             continue

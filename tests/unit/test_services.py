@@ -50,7 +50,6 @@ class LocalServices:
         self.crons = MemCronStore(store)
         self.clock = clock
         self.shards = shardmap.ShardMap(store.shard_count)
-        self.far_horizon = timedelta(hours=1)
         self.limits = OwnerLimits(self.settings)
         self.keys_in_flight: set[tuple[str, str]] = set()
         self.refused: set[str] = set()
@@ -78,13 +77,13 @@ def ctx() -> LocalServices:
     return LocalServices(DownShardStore(2), FakeClock(T0))
 
 
-def test_the_near_far_edge_is_the_clock_plus_the_horizon(ctx: LocalServices) -> None:
-    edge = jobs.far_after(ctx)
-    assert edge == T0 + timedelta(hours=1)
-    assert not jobs.prepare(ctx, "svc", new_job(edge), None, edge, None).far
-    assert jobs.prepare(ctx, "svc", new_job(edge + timedelta(microseconds=1)), None, edge, None).far
-    ctx.clock.advance(timedelta(hours=2))
-    assert jobs.far_after(ctx) == T0 + timedelta(hours=3)
+def test_the_store_places_a_job_near_or_far_on_its_own_clock(ctx: LocalServices) -> None:
+    # The services no longer decide near/far on this host's clock: every create
+    # carries the horizon, and the store compares run_at with its now().
+    for run_at in (T0, T0 + timedelta(days=30)):
+        params = jobs.prepare(ctx, "svc", new_job(run_at), None, None)
+        assert params.far_horizon_seconds == ctx.settings.far_horizon_seconds
+        assert params.far is False
 
 
 async def test_a_keyless_create_fails_over_to_a_shard_that_answers(ctx: LocalServices) -> None:
