@@ -65,6 +65,7 @@ _SEARCH_YEARS = 400
 # Stop before datetime.max so that adding a UTC offset can never overflow.
 _LAST_DAY = date(9999, 12, 29)
 
+
 @dataclass(frozen=True)
 class _Candidate:
     """One instant a slot maps to, before equal instants are merged."""
