@@ -36,7 +36,8 @@ import yaml
 from pydantic import ValidationError
 
 from cluster.cron.definition import first_slot, parse_terms
-from cluster.cron.schedule import Fire, InvalidSchedule
+from cluster.cron.firing import Fire
+from cluster.cron.schedule import InvalidSchedule
 from cluster.errors import VakitError
 from cluster.services.cron_document import (
     DOCUMENT_FIELDS,

@@ -16,14 +16,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import shardmap
-from cluster.cron.schedule import (
-    MIN_INTERVAL,
-    DstPolicy,
-    Fire,
-    MonthEndPolicy,
-    Schedule,
-    parse_schedule,
-)
+from cluster.cron.firing import Fire, Schedule
+from cluster.cron.schedule import MIN_INTERVAL, parse_schedule
+from cluster.cron.wall_clock import DstPolicy, MonthEndPolicy
 from cluster.errors import InvalidRequest
 from cluster.model import CronDefinition, CronRecord
 

@@ -9,7 +9,7 @@ Two notations, both validated before anything is stored:
 * intervals: ``every 15m``, ``every 1h30m fixed-delay``.
 
 A parsed cron expression is a :class:`CronFields`; when and how it fires in a
-time zone (DST included) is :mod:`cluster.cron.schedule`'s business. Fields are
+time zone (DST included) is :mod:`cluster.cron.wall_clock`'s business. Fields are
 parsed here rather than by croniter so that hostile input is refused by a small,
 linear grammar with messages a person can act on. Besides syntax, an expression
 is refused when its ranges run backwards, when its days never occur
@@ -192,7 +192,7 @@ def parse_expression(
 
 
 def is_wildcard(expression: str) -> bool:
-    """Whether DST treats ``expression`` as wildcard (see :mod:`cluster.cron.schedule`).
+    """Whether DST treats ``expression`` as wildcard (see :mod:`cluster.cron.wall_clock`).
 
     A cron expression is wildcard when its minute or hour field starts with ``*``
     (macros are expanded first: ``@hourly`` is, ``@daily`` is not). Interval

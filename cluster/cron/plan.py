@@ -22,7 +22,8 @@ from typing import Protocol
 
 import shardmap
 from cluster.cron.definition import parse_terms
-from cluster.cron.schedule import Fire, Schedule, stable_jitter
+from cluster.cron.firing import Fire, Schedule
+from cluster.cron.schedule import stable_jitter
 from cluster.model import Occurrence
 
 __all__ = [
@@ -144,7 +145,7 @@ class ScheduleCache:
 
     A million crons written as ``0 0 * * *`` in a handful of zones are a
     handful of parses and a handful of next-slot computations per pass.
-    :class:`~cluster.cron.schedule.Schedule` instances are immutable, so
+    :class:`~cluster.cron.firing.Schedule` instances are immutable, so
     sharing them is safe."""
 
     def __init__(self) -> None:

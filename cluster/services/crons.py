@@ -19,8 +19,8 @@ from typing import Any
 
 import shardmap
 from cluster.cron.definition import FirstSlots, build_cron
+from cluster.cron.firing import Fire
 from cluster.cron.plan import cron_slot, schedule_of
-from cluster.cron.schedule import Fire
 from cluster.errors import Conflict, InvalidRequest, NotFound, VakitError
 from cluster.instants import parse_instant, utc
 from cluster.model import (

@@ -36,7 +36,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
-from cluster.api.console.pages import seconds_text
+from cluster.api.console.lateness_chart import seconds_text
 from cluster.local.pgserver import PgServer
 from tests.pgfixtures import clone_databases, drop_databases
 from tests.procs import FaultSink, ProcessHarness, VakitProcess, running_processes

@@ -12,8 +12,10 @@ import pytest
 
 from cluster.clock import FakeClock
 from cluster.cron.definition import first_slot
+from cluster.cron.firing import Fire
 from cluster.cron.plan import exhausted, plan, schedule_of
-from cluster.cron.schedule import DST_POLICIES, Fire, InvalidSchedule, parse_schedule
+from cluster.cron.schedule import InvalidSchedule, parse_schedule
+from cluster.cron.wall_clock import DST_POLICIES
 from cluster.leader.materializer import Materializer
 from cluster.model import ClaimParams, CronRecord, FinishParams, GetCronParams, JobResult, Outcome
 from cluster.store.memory import MemStore

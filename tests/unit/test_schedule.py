@@ -3,7 +3,7 @@
 Expected instants are written out in UTC for real 2025-2028 transitions (checked
 against zoneinfo by ``test_transitions_are_where_these_tests_assume``). The
 hypothesis properties compare every firing with a brute-force, minute-by-minute
-oracle that shares no code with ``cluster.cron.schedule``.
+oracle that shares no code with the schedule math in ``cluster.cron``.
 """
 
 from __future__ import annotations
@@ -22,17 +22,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cluster.api.problems import kind_of
-from cluster.cron.schedule import (
-    CronSchedule,
-    Fire,
-    FixedDelaySchedule,
-    FixedRateSchedule,
-    InvalidSchedule,
-    Schedule,
-    is_wildcard,
-    parse_schedule,
-    stable_jitter,
-)
+from cluster.cron.firing import Fire, Schedule
+from cluster.cron.intervals import FixedDelaySchedule, FixedRateSchedule
+from cluster.cron.schedule import InvalidSchedule, is_wildcard, parse_schedule, stable_jitter
+from cluster.cron.wall_clock import CronSchedule
 from cluster.errors import InvalidRequest
 
 NEW_YORK = "America/New_York"

@@ -99,7 +99,7 @@ def test_limit_keys_as_before() -> None:
 
 
 def test_the_cli_names_targets_by_the_registered_options() -> None:
-    from cluster.cli_client.commands import _target_from_flags
+    from cluster.cli_client.crons import _target_from_flags
 
     flags = {"url": None, "kafka_topic": "orders"}
     assert _target_from_flags(flags) == {"kind": "KAFKA", "topic": "orders"}
