@@ -1,7 +1,7 @@
 """What every handler shares, and the dependencies that hand it over.
 
 :class:`ApiContext` holds the settings, the store and cron store contracts,
-the clock, the shard map and the target policy; it lives on
+the clock, the shard map and the create-time checks (:mod:`cluster.services.checks`); it lives on
 ``app.state.ctx``. Handlers receive it and the caller's owner through
 ``Depends`` (the :data:`Ctx`, :data:`Owner` and :data:`Operator`
 annotations), so a new endpoint is a function that names what it needs.
@@ -19,7 +19,7 @@ import hashlib
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Header, Query, Request
 
@@ -28,14 +28,11 @@ from cluster import logs
 from cluster.clock import Clock
 from cluster.config import Settings
 from cluster.coordination.base import ClusterView
-from cluster.errors import Forbidden, InvalidRequest, PayloadTooLarge, Unauthorized
-from cluster.model.jsontext import json_bytes
+from cluster.errors import Forbidden, InvalidRequest, Unauthorized
+from cluster.services.checks import CreateChecks
 from cluster.services.quotas import OwnerLimits
 from cluster.store.contracts.api import ApiJobStore
 from cluster.store.contracts.cron_intake import CronIntake
-from cluster.targets.kinds import KINDS
-from cluster.targets.policy import TargetRefused
-from cluster.targets.registry import TargetEnv
 
 __all__ = [
     "ApiContext",
@@ -75,11 +72,11 @@ class ApiContext:
         self.crons = crons
         self.clock = clock
         self.shards = shardmap.ShardMap(store.shard_count)
-        # A job due later than now + this is created in the far table.
-        targets = TargetEnv.from_settings(settings)
-        self.policy = targets.policy
-        # Each kind's create-time check (cluster.targets.kinds).
-        self._check_target = KINDS.checker(targets)
+        # The target and payload checks (a rule of the service layer); the
+        # services call them as ctx.check_target and ctx.check_payload.
+        self.checks = CreateChecks(settings)
+        self.check_target = self.checks.check_target
+        self.check_payload = self.checks.check_payload
         # By the SHA-256 of the token: finding a token is one hash and one
         # dict lookup whatever the number of tokens, and what a lookup's
         # timing could reveal is a prefix of a digest, not of a token.
@@ -89,7 +86,6 @@ class ApiContext:
                 raw = token.encode()
                 self._tokens[hashlib.sha256(raw).digest()] = (raw, Principal(name, operator))
         self._verified: dict[str, Principal] = {}
-        self.scope = targets.scope
         # (owner, Idempotency-Key) of the keyed creates this process is serving.
         self.keys_in_flight: set[tuple[str, str]] = set()
         # Builds the ZooKeeper view of the cluster; None without ZooKeeper.
@@ -149,22 +145,6 @@ class ApiContext:
         if not who.operator:
             raise Forbidden("this view needs an operator token")
         return who
-
-    def check_target(self, target: dict[str, Any], owner: str) -> None:
-        """Targets this deployment refuses, or does not grant ``owner``, are
-        a 422 at create time, not a failure at firing time."""
-        try:
-            self._check_target(target, owner)
-        except TargetRefused as exc:
-            raise InvalidRequest(str(exc), field=exc.field) from exc
-
-    def check_payload(self, payload: Any) -> None:
-        limit = self.settings.max_payload_bytes
-        size = len(json_bytes(payload))
-        if size > limit:
-            raise PayloadTooLarge(
-                f"payload is {size} bytes; the limit is {limit}", size=size, limit=limit, field="payload"
-            )
 
 
 # Both dependencies are coroutines: FastAPI runs a plain function in a thread

@@ -13,12 +13,11 @@ from starlette.responses import Response
 from cluster.api.context import Ctx, Operator
 from cluster.api.operator_schemas import LatenessMinuteOut, LatenessOut, ShardLatenessOut
 from cluster.coordination.report import cluster_status
-from cluster.errors import VakitError
-from cluster.model import LatenessMinute, WorkersSeenParams
+from cluster.model import LatenessMinute
 from cluster.services.insight import Lateness, start_lateness
-from cluster.store.contracts.insight import JobInsight
+from cluster.services.readiness import ShardReadiness, shard_readiness
 
-__all__ = ["cluster_lateness", "lateness_out", "router", "shard_readiness"]
+__all__ = ["cluster_lateness", "lateness_out", "readiness_out", "router"]
 
 router = APIRouter(tags=["operations"])
 
@@ -41,8 +40,9 @@ async def healthz() -> dict[str, str]:
 async def readyz(ctx: Ctx) -> JSONResponse:
     """200 once every shard is reachable and migrated and has a polling worker."""
     report = await shard_readiness(ctx.store, ctx.latest_schema_version)
-    ready = all(s["ready"] for s in report)
-    return JSONResponse({"ready": ready, "shards": report}, status_code=200 if ready else 503)
+    ready = all(s.ready for s in report)
+    body = {"ready": ready, "shards": [readiness_out(s) for s in report]}
+    return JSONResponse(body, status_code=200 if ready else 503)
 
 
 @router.get("/api/v1/cluster")
@@ -92,18 +92,16 @@ async def metrics_endpoint(operator: Operator) -> Response:
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
-async def shard_readiness(store: JobInsight, latest: int) -> list[dict[str, Any]]:
-    report = []
-    for shard in range(store.shard_count):
-        entry: dict[str, Any] = {"shard": shard}
-        try:
-            version = await store.schema_version(shard)
-            workers = await store.workers_seen(shard, WorkersSeenParams())
-            entry.update(
-                migrated=version >= latest, schemaVersion=version, workers=len(workers), reachable=True
-            )
-        except VakitError as exc:
-            entry.update(reachable=False, migrated=False, workers=0, error=exc.message)
-        entry["ready"] = bool(entry["reachable"] and entry["migrated"] and entry["workers"] > 0)
-        report.append(entry)
-    return report
+def readiness_out(shard: ShardReadiness) -> dict[str, Any]:
+    """A shard's entry in ``/readyz``'s body, its fields in the order they
+    have always been written."""
+    entry: dict[str, Any] = {"shard": shard.shard}
+    if shard.reachable:
+        entry.update(
+            migrated=shard.migrated, schemaVersion=shard.schema_version, workers=shard.workers,
+            reachable=True,
+        )  # fmt: skip
+    else:
+        entry.update(reachable=False, migrated=False, workers=0, error=shard.error)
+    entry["ready"] = shard.ready
+    return entry

@@ -22,9 +22,6 @@ from pydantic import (
 
 from cluster.instants import format_instant
 from cluster.services.documents import (
-    HttpTargetIn,
-    KafkaTargetIn,
-    NoopTargetIn,
     Rfc3339,
     TargetIn,
     target_dict,
@@ -41,10 +38,7 @@ __all__ = [
     "BatchJobResult",
     "CreateJobIn",
     "CreateJobOut",
-    "HttpTargetIn",
     "JobOut",
-    "KafkaTargetIn",
-    "NoopTargetIn",
     "PatchJobIn",
     "ProblemOut",
     "Rfc3339",

@@ -11,6 +11,8 @@ error to a response). No web framework is imported here (import-linter).
 - :mod:`.jobs`, :mod:`.job_actions`: one-shot jobs,
 - :mod:`.crons`, :mod:`.cron_actions`: cron jobs,
 - :mod:`.insight`: what operators read of the cluster (start lateness),
+- :mod:`.readiness`: whether every shard can serve (`/readyz`),
+- :mod:`.checks`: the create-time checks of a target and a payload,
 - :mod:`.batches`: many items written with one call per shard,
 - :mod:`.documents`, :mod:`.job_document`, :mod:`.cron_document`: what
   users write (targets, times, a job, a cron), validated with pydantic,

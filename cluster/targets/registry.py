@@ -2,7 +2,8 @@
 
 A kind (``HTTP``, ``KAFKA``, ``NOOP``) is described once, by a
 :class:`TargetKind`: whether this deployment offers it, what the API checks
-of a job's target spec at create time, how a worker builds its
+of a job's target spec at create time, the request-body model its spec is
+written in, how a worker builds its
 :class:`~cluster.targets.Target`, where a firing goes (the key a per-target
 limit and the firing metrics use) and the CLI option that names it. The API,
 the worker, the limiter and the CLI look a kind up here instead of switching
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     # The CLI imports the registry for its options: the policy's URL parser
     # and the targets' own imports load only where targets are checked or built.
     from cluster.targets import Target
+    from cluster.targets.document import TargetDocument
     from cluster.targets.policy import AddressPolicy
     from cluster.targets.scope import TargetScope
     from cluster.targets.signing import Signer
@@ -127,6 +129,10 @@ class TargetKind:
     name: str
     # The worker's target for this deployment.
     build: Callable[[TargetEnv], Target]
+    # The spec's request-body model ({"kind": name, ...}), a member of the
+    # API's target union: a function, so pydantic is imported only by those
+    # that validate (the API, crons-as-code), not by the CLI's options.
+    document: Callable[[], type[TargetDocument]]
     # Why this deployment does not offer the kind (a 422 at create, no target
     # in the worker), or None when it does.
     unavailable: Callable[[TargetSettings], str | None] = _offered
@@ -148,10 +154,18 @@ class TargetKinds:
 
     def __init__(self, kinds: Iterable[TargetKind] = ()) -> None:
         self._kinds: dict[str, TargetKind] = {}
+        self._sealed = False
         for kind in kinds:
             self.register(kind)
 
     def register(self, kind: TargetKind) -> TargetKind:
+        if self._sealed:
+            # The target union is built once; a kind added after it would be
+            # built by workers yet refused by the API's validation.
+            raise RuntimeError(
+                f"target kind {kind.name!r} is registered after the target documents were "
+                "built; register it before cluster.services.documents is imported"
+            )
         if kind.name in self._kinds:
             raise ValueError(f"target kind {kind.name!r} is registered twice")
         self._kinds[kind.name] = kind
@@ -174,6 +188,12 @@ class TargetKinds:
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._kinds)
+
+    def documents(self) -> tuple[type[TargetDocument], ...]:
+        """Each kind's request-body model, in registration order: the members
+        of the API's target union. The registry is closed from then on."""
+        self._sealed = True
+        return tuple(kind.document() for kind in self)
 
     def build(self, env: TargetEnv) -> dict[str, Target]:
         """A worker's targets: one of each kind the deployment offers."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import click
 import pytest
@@ -11,6 +11,7 @@ import pytest
 from cluster.config import Settings
 from cluster.model import ClaimedJob
 from cluster.targets import FireResult, Target
+from cluster.targets.document import TargetDocument
 from cluster.targets.http import HttpTarget
 from cluster.targets.kinds import KINDS
 from cluster.targets.noop import NoopTarget
@@ -142,9 +143,14 @@ def test_a_new_kind_is_its_description_and_one_registration() -> None:
 
         return check
 
+    class LogTargetIn(TargetDocument):
+        kind: Literal["LOG"]
+        stream: str
+
     log = TargetKind(
         name="LOG",
         build=build,
+        document=lambda: LogTargetIn,
         unavailable=unavailable,
         checker=checker,
         address=lambda spec: str(spec.get("stream")),

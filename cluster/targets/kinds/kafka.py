@@ -4,7 +4,8 @@ configured (``VAKIT_KAFKA_BOOTSTRAP``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from functools import cache
+from typing import TYPE_CHECKING, Literal
 
 from cluster.targets.registry import (
     CliOption,
@@ -17,6 +18,7 @@ from cluster.targets.registry import (
 
 if TYPE_CHECKING:
     from cluster.targets import Target
+    from cluster.targets.document import TargetDocument
 
 __all__ = ["KIND"]
 
@@ -35,6 +37,25 @@ def _build(env: TargetEnv) -> Target:
     bootstrap = env.settings.kafka_bootstrap
     assert bootstrap is not None  # offered only with one
     return KafkaTarget(bootstrap, scope=env.scope, signer=env.signer)
+
+
+@cache
+def _document() -> type[TargetDocument]:
+    # pydantic is imported here, not with the kind: the CLI reads the kinds.
+    from pydantic import Field
+
+    from cluster.targets.document import TargetDocument
+
+    class KafkaTargetIn(TargetDocument):
+        kind: Literal["KAFKA"]
+        topic: str = Field(
+            pattern=r"^[A-Za-z0-9._-]{1,249}$",
+            description="Starts with a prefix granted to the owner; names starting with '_', "
+            "'.' and '..' are refused.",
+        )
+        key: str | None = Field(None, max_length=1024)
+
+    return KafkaTargetIn
 
 
 def _checker(env: TargetEnv) -> TargetCheck:
@@ -57,6 +78,7 @@ def _limit_key(topic: str) -> str:
 KIND = TargetKind(
     name="KAFKA",
     build=_build,
+    document=_document,
     unavailable=_unavailable,
     checker=_checker,
     address=_address,

@@ -3,12 +3,14 @@ benchmarks, offered only when enabled (``VAKIT_ENABLE_NOOP_TARGET``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from functools import cache
+from typing import TYPE_CHECKING, Literal
 
 from cluster.targets.registry import TargetEnv, TargetKind, TargetSettings
 
 if TYPE_CHECKING:
     from cluster.targets import Target
+    from cluster.targets.document import TargetDocument
 
 __all__ = ["KIND"]
 
@@ -25,4 +27,15 @@ def _build(env: TargetEnv) -> Target:
     return NoopTarget()
 
 
-KIND = TargetKind(name="NOOP", build=_build, unavailable=_unavailable)
+@cache
+def _document() -> type[TargetDocument]:
+    # pydantic is imported here, not with the kind: the CLI reads the kinds.
+    from cluster.targets.document import TargetDocument
+
+    class NoopTargetIn(TargetDocument):
+        kind: Literal["NOOP"]
+
+    return NoopTargetIn
+
+
+KIND = TargetKind(name="NOOP", build=_build, document=_document, unavailable=_unavailable)
