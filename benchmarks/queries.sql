@@ -1,5 +1,5 @@
 -- Every statement the benchmarks run, by name, loaded by benchmarks/sql.py
--- with the same loader as cluster/sql/queries.sql. `{table}` is filled in
+-- with the same loader as cluster/store/sql/*.sql. `{table}` is filled in
 -- with psycopg.sql.Identifier, never by string formatting.
 --
 -- The statements Vakit itself runs (claim_jobs, finish_jobs) are not copied
