@@ -1,11 +1,13 @@
 """A job's labels, on the in-memory store and PostgreSQL alike: set at
 create (single, keyed, placed on the database's clock, far, batch), read
 back by a get wherever the job is (near, far, history), kept through every
-move (the mover, pause and resume, finishing, cancelling, a retry), and
-absent (None; on PostgreSQL SQL's NULL, not JSON's null) when not given."""
+move (the mover, pause and resume, finishing, cancelling, a retry), absent
+(None; on PostgreSQL SQL's NULL, not JSON's null) when not given, and
+found by a search by exact match in every table."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +16,8 @@ from cluster.model import (
     CreateJobParams,
     CreateJobsParams,
     CreateResult,
+    JobSearchParams,
+    JobStatus,
     MoveFarParams,
     Outcome,
     PauseJobParams,
@@ -108,3 +112,37 @@ async def test_labels_move_with_the_job_from_far_to_history_and_back(h: Harness)
     [c] = await h.store.claim_jobs(SHARD, claim(h))
     await finish(h, result(h, c))
     assert (await get(h, plain)).labels is None and await stored_as_null(h, plain)
+
+
+async def found(h: Harness, labels: dict[str, str] | None, **kw: Any) -> set[uuid.UUID]:
+    params = JobSearchParams(owner=OWNER, labels=labels, **kw)
+    return {j.id for j in await h.store.search_jobs(SHARD, params)}
+
+
+async def test_search_by_labels_finds_exact_matches_in_every_table(h: Harness) -> None:
+    later = h.now() + timedelta(days=3)
+    cron_id = uuid.uuid4()
+    ran = await created(h, labelled(h, {**PAY, "run": "1"}, cron_id=cron_id))
+    [c] = await h.store.claim_jobs(SHARD, claim(h))
+    await finish(h, result(h, c))
+    near = await created(h, labelled(h, PAY, run_at=h.now() + timedelta(minutes=5)))
+    far = await created(h, labelled(h, {"team": "payments"}, run_at=later, far=True))
+    other = await created(h, labelled(h, {"team": "payments-eu", "env": "prod"}))
+    plain = await created(h, labelled(h, None, cron_id=cron_id))
+    await created(h, labelled(h, PAY)._replace(owner="other"))
+    # Every pair asked must be the job's, exactly (no prefix, no other owner).
+    assert await found(h, {"team": "payments"}) == {ran.id, near.id, far.id}
+    assert await found(h, PAY) == {ran.id, near.id}
+    assert await found(h, {"env": "prod"}) == {ran.id, near.id, other.id}
+    assert await found(h, {"team": "pay"}) == set()
+    assert await found(h, {"team": "payments", "env": "dev"}) == set()
+    # No filter: every job, those without labels too.
+    assert await found(h, None) == {ran.id, near.id, far.id, other.id, plain.id}
+    assert await found(h, {}) == {ran.id, near.id, far.id, other.id, plain.id}
+    # With the other filters, each of the search's statements.
+    assert await found(h, PAY, statuses=(JobStatus.SUCCEEDED,)) == {ran.id}
+    assert await found(h, PAY, statuses=(JobStatus.SCHEDULED,)) == {near.id}
+    assert await found(h, {"team": "payments"}, cron_id=cron_id) == {ran.id}
+    assert await found(h, None, cron_id=cron_id) == {ran.id, plain.id}
+    assert await found(h, {"run": "1"}, finished_from=h.now() - timedelta(minutes=1)) == {ran.id}
+    assert await found(h, {"team": "payments"}, type="NOPE") == set()

@@ -1,7 +1,8 @@
 """A job's labels through the API, on the in-memory stores (the fast tier):
 set by a single and a batch create, shown by a get (``{}`` when none),
-refused with a 422 that names the field and changes nothing, and counted
-by the Idempotency-Key's digest."""
+refused with a 422 that names the field and changes nothing, counted by
+the Idempotency-Key's digest, and searched by exact match
+(``GET /api/v1/jobs?label=key=value``, repeatable)."""
 
 from __future__ import annotations
 
@@ -87,6 +88,40 @@ async def test_labels_are_part_of_a_keyed_request(api: httpx.AsyncClient) -> Non
     assert (await api.post("/api/v1/jobs", json=body(labels={}), headers=plain)).status_code == 200
 
 
+async def test_search_by_label_finds_jobs_with_every_pair(api: httpx.AsyncClient) -> None:
+    pay = (await created_job(api, labels=PAY))["jobId"]
+    eu = (await created_job(api, labels={"team": "payments", "region": "a=b"}))["jobId"]
+    await created_job(api)
+
+    async def search(*labels: str) -> list[dict[str, object]]:
+        r = await api.get("/api/v1/jobs", params=[("label", x) for x in labels], headers=A)
+        assert r.status_code == 200, r.text
+        items: list[dict[str, object]] = r.json()["items"]
+        return items
+
+    assert {j["jobId"] for j in await search("team=payments")} == {pay, eu}
+    assert [j["jobId"] for j in await search("team=payments", "k8s.io/env=prod")] == [pay]
+    assert [j["jobId"] for j in await search("region=a=b")] == [eu]  # the first = splits
+    assert await search("team=pay") == []
+    assert await search("team=") == []  # an empty value is a value
+    # Search results show the labels, {} for a job without.
+    shown = {j["jobId"]: j["labels"] for j in await search()}
+    assert shown.pop(pay) == PAY and shown.pop(eu) == {"team": "payments", "region": "a=b"}
+    assert list(shown.values()) == [{}]
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [["team"], ["=payments"], ["-team=x"], [f"{'a' * 64}=x"], ["team=" + "x" * 256],
+     ["team=a", "team=b"], [f"k{i}=v" for i in range(17)]],
+    ids=["no =", "no key", "key syntax", "key length", "value length", "two values", "too many"],
+)  # fmt: skip
+async def test_a_bad_label_filter_is_a_422(api: httpx.AsyncClient, labels: list[str]) -> None:
+    r = await api.get("/api/v1/jobs", params=[("label", x) for x in labels], headers=A)
+    problem = assert_problem(r, 422)
+    assert problem["field"] == "label" and "label" in problem["detail"]
+
+
 def test_the_openapi_document_describes_labels() -> None:
     store = MemStore(2)
     spec = create_app(settings(), store=store, crons=MemCronStore(store)).openapi()
@@ -97,5 +132,7 @@ def test_the_openapi_document_describes_labels() -> None:
         assert as_map["maxProperties"] == 16
         assert as_map["additionalProperties"] == {"type": "string", "maxLength": 255}
         assert as_map["propertyNames"]["maxLength"] == 63
+    [search] = [p for p in spec["paths"]["/api/v1/jobs"]["get"]["parameters"] if p["name"] == "label"]
+    assert search["in"] == "query" and "key=value" in search["description"]
     shown = schemas["JobOut"]["properties"]["labels"]
     assert shown["type"] == "object" and shown["additionalProperties"] == {"type": "string"}
