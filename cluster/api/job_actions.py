@@ -95,6 +95,7 @@ def search_params(
     limit: int,
     cursor: str | None,
     attempts: bool,
+    label: list[str] | None = None,
 ) -> JobSearchParams:
     """A search's query, as the route and the console's pages take it."""
     return JobSearchParams(
@@ -109,6 +110,7 @@ def search_params(
         finished_from=_time(finishedFrom, "finishedFrom"),
         finished_to=_time(finishedTo, "finishedTo"),
         with_attempts=attempts,
+        labels=actions.label_filter(label),
     )
 
 
@@ -138,6 +140,11 @@ async def search_jobs(
         None, max_length=64, description="The nextCursor of the previous page."
     ),
     attempts: bool = Query(False, description="Include each job's attempt log."),
+    label: list[str] | None = Query(
+        None,
+        description="key=value: only jobs with this label (exact match). Repeat it: "
+        "a job must have every one.",
+    ),
 ) -> JobPageOut:
     """The caller's jobs (pending, running and finished), newest first, filtered,
     a page at a time. ``status=FAILED`` lists the dead letters with their
@@ -145,7 +152,7 @@ async def search_jobs(
     params = search_params(
         owner, status=status, type=type, cronJobId=cronJobId, runAtFrom=runAtFrom,
         runAtTo=runAtTo, finishedFrom=finishedFrom, finishedTo=finishedTo, limit=limit,
-        cursor=cursor, attempts=attempts,
+        cursor=cursor, attempts=attempts, label=label,
     )  # fmt: skip
     return page_out(await actions.search_jobs(ctx, params))
 

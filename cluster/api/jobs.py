@@ -87,6 +87,7 @@ def job_out(job: JobRecord, shard: int) -> JobOut:
         paused=job.paused_at is not None,
         pausedAt=job.paused_at,
         pauseReason=job.pause_reason,
+        labels=job.labels or {},
     )
 
 

@@ -98,6 +98,7 @@ class JobOut(BaseModel):
     paused: bool = False
     pausedAt: UtcDatetime | None = None
     pauseReason: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict, description="{} when it has none.")
 
 
 # -- batch create -----------------------------------------------------------

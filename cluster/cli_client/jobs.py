@@ -49,10 +49,12 @@ def jobs_get(call: Call, job_id: str) -> None:
 @click.option("--cursor", help="A page's nextCursor.")
 @click.option("--all", "every", is_flag=True, help="Follow nextCursor to the last page.")
 @click.option("--attempts", is_flag=True, help="Include each job's attempt log (json/yaml).")
-def jobs_list(call: Call, status: tuple[str, ...], limit: int, cursor: str | None, every: bool, attempts: bool, **flags: Any) -> None:
+# Not among search_filters: the bulk retry and cancel take no labels.
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Only jobs with this label (exact match); repeat: every one.")
+def jobs_list(call: Call, status: tuple[str, ...], limit: int, cursor: str | None, every: bool, attempts: bool, labels: tuple[str, ...], **flags: Any) -> None:
     """Search the owner's jobs on every shard, newest first."""
     params = {**filter_fields(call, flags), "status": statuses(status), "limit": limit,
-              "cursor": cursor, "attempts": attempts or None}  # fmt: skip
+              "cursor": cursor, "attempts": attempts or None, "label": list(labels)}  # fmt: skip
     search_jobs(call, params, every, JOB_COLUMNS)
 
 

@@ -88,6 +88,7 @@ JOB_GIVEN: tuple[Column, ...] = (
     Column("target_kind", None, "target_kind", "varchar"),
     Column("target", "target", "target", "jsonb"),
     Column("payload", "payload", "payload", "jsonb"),
+    Column("labels", "labels", "labels", "jsonb", nullable=True),
 )
 # What a record shows of the description.
 JOB_READ = tuple(c for c in JOB_GIVEN if c.field is not None)
@@ -151,11 +152,13 @@ def _names(columns: tuple[Column, ...], prefix: str) -> str:
 
 def _batch_row() -> str:
     """A batch row's values read by position from its JSON array
-    (``(r->>0)::uuid AS id``; JSON values stay JSON: ``r->10 AS target``)."""
+    (``(r->>0)::uuid AS id``; JSON values stay JSON: ``r->10 AS target``,
+    but a nullable one's JSON null is SQL's NULL: ``(r->>12)::jsonb``)."""
     out = []
+    nullable = {c.name for c in JOB_GIVEN if c.nullable}
     typed = [(c.name, c.sql_type) for c in JOB_GIVEN] + list(BATCH_EXTRAS)
     for at, (name, sql_type) in enumerate(typed):
-        if sql_type == "jsonb":
+        if sql_type == "jsonb" and name not in nullable:
             out.append(f"r->{at} AS {name}")
         elif sql_type in ("varchar", "text"):
             out.append(f"r->>{at} AS {name}")

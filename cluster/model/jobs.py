@@ -100,6 +100,9 @@ class CreateJobParams(NamedTuple):
     # when run_at > now() + this), and ``far`` is not read. None: ``far``
     # says (the caller decided, on its own clock).
     far_horizon_seconds: float | None = None
+    # The user's string map, searchable by exact match; None when it has
+    # none (stored NULL: a job without labels costs nothing).
+    labels: dict[str, str] | None = None
 
     @property
     def target_kind(self) -> str:
@@ -147,6 +150,7 @@ class JobRecord:
     attempts: tuple[AttemptRecord, ...] = ()
     paused_at: datetime | None = None  # a paused job waits, SCHEDULED, until resumed
     pause_reason: str | None = None
+    labels: dict[str, str] | None = None  # None: no labels
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ class JobSearchParams:
 
     Each filter is optional (None: any). ``statuses`` is a set of statuses;
     the ranges are half-open ``[from, to)``; a ``finished_*`` bound leaves
-    out jobs not finished."""
+    out jobs not finished; ``labels``: a job has every one of these pairs
+    among its labels (exact match)."""
 
     owner: str
     limit: int = 50
@@ -51,6 +52,7 @@ class JobSearchParams:
     finished_from: datetime | None = None
     finished_to: datetime | None = None
     with_attempts: bool = False
+    labels: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

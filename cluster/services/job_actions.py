@@ -13,6 +13,7 @@ the others still answer.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ from cluster.model import (
     RetryJobParams,
 )
 from cluster.services.context import Services
+from cluster.services.job_document import LABEL_KEY, MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS
 from cluster.services.jobs import job_id_text, locate
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "bulk_cancel",
     "bulk_retry",
     "cancel_statuses",
+    "label_filter",
     "pause_job",
     "resume_job",
     "retry_job",
@@ -57,6 +60,35 @@ class JobPage:
     def next_cursor(self) -> str | None:
         """The last id of the page, when more may follow."""
         return job_id_text(self.jobs[-1][0].id) if self.more and self.jobs else None
+
+
+def label_filter(values: Sequence[str] | None) -> dict[str, str] | None:
+    """A search's label filters, each ``key=value`` (the value may be empty,
+    or hold ``=``): a job matches when it has every pair. The key and the
+    value follow the create's rules, so a filter no job could match is a
+    422 rather than an empty page; so is a key asked with two values."""
+    if not values:
+        return None
+    wanted: dict[str, str] = {}
+    for text in values:
+        key, eq, value = text.partition("=")
+        if not eq:
+            raise InvalidRequest(f"label {text!r} is not key=value", field="label")
+        if len(key) > MAX_LABEL_KEY or not re.fullmatch(LABEL_KEY, key):
+            raise InvalidRequest(
+                f"label key {key!r} is not 1 to {MAX_LABEL_KEY} letters, digits and . _ / - "
+                "(starting and ending with a letter or digit)",
+                field="label",
+            )
+        if len(value) > MAX_LABEL_VALUE:
+            raise InvalidRequest(
+                f"label {key!r}: a value has at most {MAX_LABEL_VALUE} characters", field="label"
+            )
+        if wanted.setdefault(key, value) != value:
+            raise InvalidRequest(f"label {key!r} is asked with two values", field="label")
+    if len(wanted) > MAX_LABELS:
+        raise InvalidRequest(f"a job has at most {MAX_LABELS} labels", field="label")
+    return wanted
 
 
 async def search_jobs(ctx: Services, params: JobSearchParams) -> JobPage:

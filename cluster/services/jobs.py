@@ -108,6 +108,7 @@ def prepare(
         idempotency_key=key,
         fingerprint=digest,
         far_horizon_seconds=ctx.settings.far_horizon_seconds,
+        labels=body.labels or None,  # none: NULL, as a job had before labels
     )
 
 

@@ -173,12 +173,14 @@ async def test_search_reads_scheduled_jobs_from_the_owner_index_and_running_ones
         "run_from": datetime(1970, 1, 1, tzinfo=UTC), "run_to": datetime(9999, 1, 1, tzinfo=UTC),
         "finished": None, "finished_from": datetime(1970, 1, 1, tzinfo=UTC),
         "ran_from": datetime(1970, 1, 1, tzinfo=UTC), "finished_to": datetime(9999, 1, 1, tzinfo=UTC),
-        "limit": 10,
+        "limit": 10, "labels": None,
     }  # fmt: skip
-    with psycopg.connect(shard_dsns[0]) as conn:
-        plan = explain(conn, "search_jobs", args)
-    on_jobs = {n.get("Index Name") for _, n in plan_nodes(plan) if n.get("Relation Name") == "jobs"}
-    assert "jobs_owner_idx" in on_jobs, on_jobs
+    # A label filter has no index of its own: the page still comes from the owner index.
+    for labels in (None, '{"team": "payments"}'):
+        with psycopg.connect(shard_dsns[0]) as conn:
+            plan = explain(conn, "search_jobs", {**args, "labels": labels})
+        on_jobs = {n.get("Index Name") for _, n in plan_nodes(plan) if n.get("Relation Name") == "jobs"}
+        assert "jobs_owner_idx" in on_jobs, (labels, on_jobs)
     with psycopg.connect(shard_dsns[0]) as conn:
         (indexdef,) = conn.execute(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'jobs_owner_idx'"
@@ -361,6 +363,7 @@ async def test_a_crons_readers_of_the_hot_table_use_its_indexes_in_a_wave(
             "owner": "svc", "before": uuid.UUID(int=(1 << 128) - 1), "type": None, "cron_id": one,
             "status": None, "run_from": datetime(1970, 1, 1, tzinfo=UTC), "run_to": far, "finished": None,
             "finished_from": datetime(1970, 1, 1, tzinfo=UTC), "finished_to": far, "limit": 10,
+            "labels": None,
         },
     }  # fmt: skip
     with psycopg.connect(shard_dsns[0]) as conn:

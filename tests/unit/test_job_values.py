@@ -33,13 +33,18 @@ ISTANBUL = timezone(timedelta(hours=3))
         datetime(9999, 12, 31, 23, 59, 50, 999999, tzinfo=UTC),
     ],
 )
-@pytest.mark.parametrize(("key", "cron"), [(None, None), ("order-98213 ğüş", uuid.uuid4())])
-def test_the_values_are_what_psycopg_would_send(at: datetime, key: str | None, cron: uuid.UUID | None) -> None:
+@pytest.mark.parametrize(
+    ("key", "cron", "labels"),
+    [(None, None, None), ("order-98213 ğüş", uuid.uuid4(), {"team": "ödeme", "k8s.io/app": ""})],
+)
+def test_the_values_are_what_psycopg_would_send(
+    at: datetime, key: str | None, cron: uuid.UUID | None, labels: dict[str, str] | None
+) -> None:
     p = CreateJobParams(
         id=uuid.uuid4(), owner="svc-ödeme", type="order.cancel", run_at=at + timedelta(seconds=7),
         scheduled_for=at, target={"kind": "HTTP", "url": "https://o.example/x"},
         payload={"order": 98213, "note": "ş", "nested": [1.5, None, True]},
-        max_attempts=3, timeout_seconds=30, idempotency_key=key, cron_id=cron,
+        max_attempts=3, timeout_seconds=30, idempotency_key=key, cron_id=cron, labels=labels,
     )  # fmt: skip
     row = _job_row(p)
     formats = _LEAN_INSERTS["insert_job"].formats

@@ -58,6 +58,7 @@ class MemInsight(MemUpkeep):
             and (p.statuses is None or job.status in p.statuses)
             and (p.type is None or job.type == p.type)
             and (p.cron_id is None or job.cron_id == p.cron_id)
+            and (not p.labels or p.labels.items() <= (job.labels or {}).items())
             and within(job.run_at, p.run_at_from, p.run_at_to)
             and within(job.finished_at, p.finished_from, p.finished_to)
         )

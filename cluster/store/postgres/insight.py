@@ -18,6 +18,7 @@ from cluster.model import (
     LatenessParams,
     OwnerCountsParams,
 )
+from cluster.model.jsontext import json_text
 from cluster.store.pgshards import wrap_exceptions
 from cluster.store.postgres.rows import _record_from_row
 from cluster.store.postgres.upkeep import PgUpkeep
@@ -45,6 +46,8 @@ def search_statements(params: JobSearchParams) -> list[tuple[str, dict[str, Any]
         "before": params.before or _ABOVE_ALL_IDS,
         "type": params.type,
         "cron_id": params.cron_id,
+        # Containment (labels @> it): every pair asked is the job's.
+        "labels": json_text(params.labels) if params.labels else None,
         "run_from": params.run_at_from or _NO_BOUND[0],
         "run_to": params.run_at_to or _NO_BOUND[1],
         # Hot and far rows have not finished: any finished bound leaves them out.

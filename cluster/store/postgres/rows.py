@@ -115,15 +115,25 @@ def _compiled(name: str, args: str, body: str, **names: Any) -> Any:
 
 def _encoded(c: Column) -> str:
     value = f"p.{c.source}"
-    if c.sql_type == "jsonb":
-        return f"json_bytes({value})"  # a JSON null payload is JSON's null, not SQL's
     encode = {
+        # A JSON null payload is JSON's null, not SQL's; a nullable JSON
+        # column's None (labels) is SQL's NULL.
+        "jsonb": f"json_bytes({value})",
         "uuid": f"{value}.bytes",
         "timestamptz": f"_pg_instant({value})",
         "int": f'b"%d" % {value}',
         "varchar": f"{value}.encode(encoding)",
     }[c.sql_type]
     return f"None if {value} is None else {encode}" if c.nullable else encode
+
+
+def _adapted(c: Column) -> str:
+    """``c``'s value as psycopg takes it in :func:`_job_row`."""
+    value = f"p.{c.source}"
+    if c.sql_type != "jsonb":
+        return value
+    adapt = f"Jsonb({value}, json_bytes)"
+    return f"None if {value} is None else {adapt}" if c.nullable else adapt
 
 
 # A create's values in ``insert_job``'s order and formats: what psycopg's
@@ -143,10 +153,7 @@ _job_row: Callable[[CreateJobParams], dict[str, Any]] = _compiled(
     "_job_row",
     "p",
     "{"
-    + ", ".join(
-        f"{c.param!r}: Jsonb(p.{c.source}, json_bytes)" if c.sql_type == "jsonb" else f"{c.param!r}: p.{c.source}"
-        for c in JOB_GIVEN
-    )
+    + ", ".join(f"{c.param!r}: {_adapted(c)}" for c in JOB_GIVEN)
     + ", 'fingerprint': p.fingerprint, 'far': p.far, 'far_horizon': p.far_horizon_seconds}",
     Jsonb=Jsonb,
     json_bytes=json_bytes,

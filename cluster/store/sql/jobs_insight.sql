@@ -30,11 +30,18 @@ SELECT owner_service AS owner, count(*) AS n
 -- runAtFrom less an hour (clocks, prefetch), for every status but
 -- CANCELLED: a job cancelled before its runAt is read on its own, from the
 -- (owner, status, id) index.
+-- A label filter (%(labels)s, a JSON object: every pair must be the
+-- job's) is checked on the rows the (owner, id) index gives: there is no
+-- index on labels, as a GIN index would cost every create and every
+-- finished job's history insert, on the wave's hot path, for a filter
+-- operators run now and then. A job without labels (NULL) matches no
+-- filter, and every search without one.
 SELECT * FROM (
     (SELECT 'far' AS place, {job.read}, status, attempt, last_error, created_at, NULL::timestamptz AS finished_at, paused_at, pause_reason
        FROM jobs_far
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
         AND %(finished)s::bool IS NULL
@@ -46,6 +53,7 @@ SELECT * FROM (
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = 'SCHEDULED'
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
         AND %(finished)s::bool IS NULL
@@ -57,6 +65,7 @@ SELECT * FROM (
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = 'RUNNING'
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
         AND %(finished)s::bool IS NULL
@@ -67,6 +76,7 @@ SELECT * FROM (
        FROM job_history
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
         AND status <> 'CANCELLED'
@@ -79,6 +89,7 @@ SELECT * FROM (
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = 'CANCELLED'
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
         AND finished_at >= %(finished_from)s AND finished_at < %(finished_to)s
@@ -102,6 +113,7 @@ SELECT * FROM (
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = %(status)s::text
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
         AND %(finished)s::bool IS NULL
@@ -113,6 +125,7 @@ SELECT * FROM (
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = 'SCHEDULED' AND %(status)s::text = 'SCHEDULED'
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
         AND %(finished)s::bool IS NULL
@@ -124,6 +137,7 @@ SELECT * FROM (
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = 'RUNNING' AND %(status)s::text = 'RUNNING'
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
         AND %(finished)s::bool IS NULL
@@ -135,6 +149,7 @@ SELECT * FROM (
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND status = %(status)s::text
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND (%(cron_id)s::uuid IS NULL OR cron_id = %(cron_id)s::uuid)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
         AND finished_at >= %(finished_from)s AND finished_at < %(finished_to)s
@@ -192,6 +207,7 @@ SELECT * FROM (
        FROM jobs_far
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND cron_id = %(cron_id)s::uuid
         AND (%(status)s::text IS NULL OR status = %(status)s::text)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
@@ -203,6 +219,7 @@ SELECT * FROM (
        FROM jobs
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND cron_id = %(cron_id)s::uuid
         AND status = 'SCHEDULED' AND (%(status)s::text IS NULL OR %(status)s::text = 'SCHEDULED')
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
@@ -214,6 +231,7 @@ SELECT * FROM (
        FROM jobs
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND cron_id = %(cron_id)s::uuid
         AND status = 'RUNNING' AND (%(status)s::text IS NULL OR %(status)s::text = 'RUNNING')
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
@@ -225,6 +243,7 @@ SELECT * FROM (
        FROM job_history
       WHERE owner_service = %(owner)s AND id < %(before)s
         AND (%(type)s::text IS NULL OR type = %(type)s::text)
+        AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
         AND cron_id = %(cron_id)s::uuid
         AND (%(status)s::text IS NULL OR status = %(status)s::text)
         AND run_at >= %(run_from)s AND run_at < %(run_to)s
