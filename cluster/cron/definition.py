@@ -10,7 +10,6 @@ three cannot disagree on what a schedule means. Pure: no I/O, no settings
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -151,7 +150,7 @@ def build_cron(
             first_slots[key] = known
     kind, first = known
     if expression != definition.schedule:
-        definition = dataclasses.replace(definition, schedule=expression)
+        definition = definition._replace(schedule=expression)
     return definition.record(
         id=cron_id, owner=owner, schedule_kind=kind, anchor=ANCHOR, next_fire_at=first
     )

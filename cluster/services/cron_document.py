@@ -9,8 +9,6 @@ server applies, and the benchmarks write their bodies with
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import MISSING
 from datetime import datetime
 from typing import Any, Literal
 
@@ -122,7 +120,10 @@ DOCUMENT_FIELDS = {
 def definition_of(body: CreateCronIn) -> CronDefinition:
     """The definition a create body states (the schedule without its
     surrounding blanks, as the server keeps it)."""
-    values = {attr: getattr(body, name) for attr, name in DOCUMENT_FIELDS.items()}
+    # The model's own field dict: a getattr per field through pydantic was
+    # a third of this function, once per cron of a batch.
+    fields = body.__dict__
+    values = {attr: fields[name] for attr, name in DOCUMENT_FIELDS.items()}
     values.update(
         schedule=body.schedule.strip(),
         target=target_dict(body.target),
@@ -148,6 +149,4 @@ def document_of(definition: CronDefinition, *, compact: bool = False) -> dict[st
     return out
 
 
-_DEFAULTS = {
-    f.name: f.default for f in dataclasses.fields(CronDefinition) if f.default is not MISSING
-}
+_DEFAULTS = CronDefinition._field_defaults

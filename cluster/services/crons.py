@@ -190,7 +190,7 @@ async def change_cron(
     """Change a definition (``changes`` by :class:`CronDefinition` field);
     applies to occurrences not yet created. A change may end a cron."""
     cron, shard = await load_cron(ctx, owner, cron_job_id)
-    definition = dataclasses.replace(cron.definition, **changes)
+    definition = cron.definition._replace(**changes)
     start, end = definition.start_at, definition.end_at
     if start and end and start > end:
         raise InvalidRequest("startAt must not be after endAt", field="startAt")

@@ -4,7 +4,6 @@ through its builder and its document."""
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -147,7 +146,7 @@ def test_a_record_holds_its_definition_and_its_fingerprint() -> None:
     cron_id = shardmap.new_uuid()
     record = build_cron(d, cron_id=cron_id, owner="svc", now=T0, min_interval=timedelta(0))
     assert record.fingerprint == d.fingerprint()
-    assert record.definition == dataclasses.replace(d, type=d.name[:64])
+    assert record.definition == d._replace(type=d.name[:64])
     assert record.anchor == ANCHOR and record.next_fire_at is not None
     assert record.next_fire_at >= T0 + timedelta(days=1)
 
