@@ -24,12 +24,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
 
 import shardmap
-from cluster import logs, metrics, tracing
-from cluster.backoff import backoff
+from cluster import metrics
 from cluster.clock import Clock, SystemClock
 from cluster.config import Settings
 from cluster.coordination.base import Coordinator
@@ -37,20 +34,18 @@ from cluster.errors import ShardUnavailable
 from cluster.model import (
     ClaimedJob,
     ClaimParams,
-    JobResult,
-    Outcome,
     ReleaseParams,
-    RevokeReplacedParams,
     WorkerBeatParams,
 )
 from cluster.store.contracts.claims import JobClaims
-from cluster.targets import FireResult, Target
-from cluster.worker.completer import Completer, Fired
+from cluster.targets import Target
+from cluster.worker.completer import Completer
 from cluster.worker.firings import FiringMetrics
 from cluster.worker.heartbeat import Heartbeat
-from cluster.worker.inflight import InFlight, log_fields
-from cluster.worker.limits import TargetLimiter, parse_limits, target_key
+from cluster.worker.inflight import InFlight
+from cluster.worker.limits import TargetLimiter, parse_limits
 from cluster.worker.preload import PRELOAD_BATCH, Preloader, budget_jobs, wave_threshold
+from cluster.worker.runner import JobRunner
 from cluster.worker.wheel import TICK, TimingWheel
 
 __all__ = ["InFlight", "Worker", "default_worker_id"]
@@ -62,14 +57,6 @@ __all__ = ["InFlight", "Worker", "default_worker_id"]
 _SLICE = 5_000
 
 log = logging.getLogger(__name__)
-
-
-def _cron_label(job: ClaimedJob) -> str:
-    return metrics.cron_label(shardmap.encode_id("cron", job.cron_id)) if job.cron_id else "-"
-
-
-def _job_log_fields(entry: InFlight) -> dict[str, Any]:
-    return {**log_fields(entry), "owner": entry.job.owner}
 
 
 def default_worker_id() -> str:
@@ -102,7 +89,6 @@ class Worker:
         self.clock = clock or SystemClock()
         self.worker_id = worker_id or settings.worker_id or default_worker_id()
         self.limiter = TargetLimiter(parse_limits(settings.target_limits))
-        self._rand = rand
         self._capacity = asyncio.Event()
         self._stopping = asyncio.Event()
         self._stop_deadline = float("inf")
@@ -110,8 +96,12 @@ class Worker:
         # instant have started, so the wheel and they know each other.
         self.wheel: TimingWheel
         self._metrics = FiringMetrics(lambda: self.wheel.starting)
-        self.wheel = TimingWheel(self._run_job, self._stopping, self._metrics.soon, _SLICE)
+        self.runner = JobRunner(
+            settings, store, targets, self.clock, self.limiter, self._metrics, self.worker_id, rand
+        )
+        self.wheel = TimingWheel(self.runner.run, self._stopping, self._metrics.soon, _SLICE)
         self._shards = {i: self._shard_state(i) for i in range(store.shard_count)}
+        self.runner.completers = {i: s.completer for i, s in self._shards.items()}
         self.heartbeat = Heartbeat(
             store,
             self.clock,
@@ -157,7 +147,7 @@ class Worker:
             linger=self.settings.complete_linger,
             started=self.wheel.all_started,
             give_up=self._past_stop_deadline,
-            settle=self._result_for,
+            settle=self.runner.result_for,
             on_written=self._capacity.set,
             owners=frozenset(self.settings.api_tokens.values()),
         )
@@ -250,7 +240,7 @@ class Worker:
             if delay > TICK:
                 self.wheel.hold(entry, base + delay)
             else:
-                entry.task = asyncio.create_task(self._run_job(entry), name=entry.job_id)
+                entry.task = asyncio.create_task(self.runner.run(entry), name=entry.job_id)
         metrics.CLAIMED.labels(str(shard)).inc(len(jobs))
         metrics.INFLIGHT.labels(str(shard)).set(len(state.inflight))
 
@@ -295,133 +285,6 @@ class Worker:
             stop.cancel()
             ev.cancel()
         event.clear()
-
-    # -- fire --------------------------------------------------------------------
-
-    async def _run_job(self, entry: InFlight) -> None:
-        job = entry.job
-        completer = self._shards[entry.shard].completer
-        # Each job runs in its own task, with its own copy of the log context:
-        # every line written while it fires (the target, the address policy,
-        # the HTTP client) says which job, attempt and owner it was about.
-        logs.bind_subject(_job_log_fields, entry)
-        try:
-            # The one reading of the clock a start takes (see _fire).
-            now = self.clock.timestamp()
-            lateness = now - entry.due
-            early = lateness < 0
-            if early:
-                # Released from the wheel up to a tick early, or claimed just
-                # before its moment: wait out the rest with the lease held.
-                await asyncio.sleep(-lateness)
-            if self.limiter.limits:
-                async with self.limiter.slot(target_key(job.target)):
-                    fired = await self._fire(entry)  # it starts once it has a slot
-            elif early:
-                fired = await self._fire(entry)
-            else:
-                fired = await self._fire(entry, now, lateness)
-            if fired is not None and not entry.lost:
-                completer.put_fired(fired)
-        except Exception:  # never let one job's bug leave it in flight forever
-            log.exception("job task failed", extra=log_fields(entry))
-            completer.put_fired((entry, FireResult.retry("worker error"), self.clock.timestamp(), 0.0))
-        finally:
-            # The task's context holds the entry, and the entry its task: a
-            # cycle per job that only a full collection freed (500,000
-            # objects, 190 ms, 3 s into a 100,000-job wave). Unbound, the
-            # job's objects go by reference counting.
-            logs.unbind_subject()
-
-    async def _fire(self, entry: InFlight, started: float | None = None, lateness: float = 0.0) -> Fired | None:
-        """Fire ``entry``'s job. ``started`` (POSIX seconds) and ``lateness``:
-        the clock as the caller has just read it; read here when not given.
-
-        At a round hour each of a worker's 50,000 starts is lateness of the
-        starts after it, so a start does only what firing needs: one reading
-        of the clock as a float (a datetime with its zone was 0.5-0.8 us,
-        and two were read), and its outcome queued as the firing left it.
-        The :class:`JobResult` (the outcome, a retry's backoff, the start
-        as a datetime) is made when the completer takes its batch, after
-        the instant has started."""
-        job = entry.job
-        shard = entry.shard
-        if entry.lost:
-            return None
-        if started is None:
-            started = self.clock.timestamp()
-            lateness = started - entry.due
-        if job.deadline_at is not None and started > job.deadline_at.timestamp():
-            # A cron occurrence that can no longer start in time is dropped
-            # and counted, not fired late.
-            metrics.CRON_MISSED.labels(_cron_label(job), "starting_deadline").inc()
-            return (entry, FireResult.skip("starting deadline passed"), started, lateness)
-        if job.concurrency == "REPLACE" and job.cron_id is not None:
-            await self.store.revoke_replaced(shard, RevokeReplacedParams(job.cron_id, job.id))
-        kind = job.target_kind
-        self._metrics.note_start(shard, kind, lateness)
-        entry.fired = True
-        target = self.targets.get(kind)
-        called = time.perf_counter()
-        if target is None:
-            result = FireResult.permanent(f"no target of kind {kind!r} here")
-        else:
-            try:
-                if tracing.ENABLED:
-                    result = await self._fire_traced(target, entry, lateness)
-                elif getattr(target, "enforces_timeout", False):
-                    # The target bounds its own wait; a second timer per
-                    # firing would only cost time at the round hour.
-                    result = await target.fire(job, entry.job_id, float(job.timeout_seconds))
-                else:
-                    async with asyncio.timeout(job.timeout_seconds):
-                        result = await target.fire(job, entry.job_id, float(job.timeout_seconds))
-            except TimeoutError:
-                result = FireResult.retry(f"timed out after {job.timeout_seconds} s")
-            except Exception as exc:  # a target bug must not kill the worker
-                log.exception("target raised", extra=log_fields(entry))
-                result = FireResult.retry(f"{type(exc).__name__}: {exc}")
-        self._metrics.note_fired(job, result, time.perf_counter() - called)
-        return (entry, result, started, lateness)
-
-    async def _fire_traced(self, target: Target, entry: InFlight, lateness: float) -> FireResult:
-        """The call as a span, the child of the job's create when it has one
-        (cluster/tracing.py); the target sends this span's traceparent."""
-        job = entry.job
-        with tracing.span(
-            f"fire {job.target_kind}",
-            kind="client",
-            parent=tracing.traceparent_of(job.target),
-            attributes={"vakit.job_id": entry.job_id, "vakit.shard": entry.shard,
-                        "vakit.attempt": job.attempt, "vakit.lateness_seconds": lateness},
-        ) as span:  # fmt: skip
-            async with asyncio.timeout(job.timeout_seconds):
-                result = await target.fire(job, entry.job_id, float(job.timeout_seconds))
-            span.set_attribute("vakit.result", "ok" if result.ok else (result.error or "error"))
-            return result
-
-    def _result_for(self, entry: InFlight, result: FireResult, started: float, lateness: float) -> JobResult:
-        """A firing's outcome as the completer writes it (``started``: POSIX seconds)."""
-        job = entry.job
-        if result.ok:
-            outcome, delay = Outcome.SUCCEEDED, 0.0
-        elif result.skipped:
-            outcome, delay = Outcome.SKIPPED, 0.0
-        elif result.retryable and job.attempt < job.max_attempts:
-            kwargs = {"rand": self._rand} if self._rand else {}
-            delay = backoff(
-                job.attempt,
-                base=self.settings.backoff_base,
-                cap=self.settings.backoff_max,
-                **kwargs,
-            )
-            outcome = Outcome.RETRY
-        else:
-            outcome, delay = Outcome.FAILED, 0.0
-        # Positional: a named tuple made with keywords costs half as much again.
-        return JobResult(
-            job.lease, outcome, self.worker_id, datetime.fromtimestamp(started, UTC), lateness, result.error, delay
-        )
 
     # -- complete ------------------------------------------------------------------
 
