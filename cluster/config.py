@@ -270,6 +270,16 @@ class Settings(BaseSettings):
     )
     materializer_interval: float = Field(5.0, gt=0)
 
+    # -- resharding (the mover, cluster/resharding) ---------------------------
+    # Slots moved together: their writes wait (503, Retry-After) for one batch's copy.
+    reshard_batch_slots: int = Field(16, ge=1, le=4096)
+    # How long the mover waits for transactions older than a fence on the source.
+    reshard_barrier_timeout: float = Field(10.0, gt=0)
+    # A batch is postponed while more than reshard_wave_threshold of its jobs
+    # are due within reshard_wave_window seconds (a wave is not the time to move).
+    reshard_wave_window: float = Field(60.0, ge=0)
+    reshard_wave_threshold: int = Field(5000, ge=0)
+
     # -- housekeeping -------------------------------------------------------
     history_retention_days: int = Field(30, ge=1)
 

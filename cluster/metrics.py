@@ -49,9 +49,12 @@ __all__ = [
     "OLDEST_DUE_AGE",
     "OTHER",
     "REBALANCES",
+    "RESHARD_ROWS",
+    "RESHARD_SLOTS",
     "RETRIED",
     "SHARDS_LED",
     "SHARDS_OWNED",
+    "SLOT_MAP_EPOCH",
     "START_LATENESS",
     "STORE_QUERY_SECONDS",
     "TARGET_CALL_SECONDS",
@@ -208,6 +211,12 @@ ZK_SESSION_STATE = Gauge(
 )
 SHARDS_OWNED = Gauge("vakit_shards_owned", "Shards this worker polls.")
 SHARDS_LED = Gauge("vakit_shards_led", "Shards whose leader-only loops this worker runs.")
+SLOT_MAP_EPOCH = Gauge(
+    "vakit_slot_map_epoch",
+    "Epoch of the slot map this process routes by (0: slot % shard count, never resharded).",
+)
+RESHARD_ROWS = Counter("vakit_reshard_rows_copied_total", "Rows the mover copied between shards.")
+RESHARD_SLOTS = Counter("vakit_reshard_slots_moved_total", "Slots the mover moved between shards.")
 REBALANCES = Counter("vakit_rebalances_total", "Shard ownership recomputations after membership changed.")
 LEADERSHIP_CHANGES = Counter(
     "vakit_leadership_changes_total", "Leadership gained or lost, per shard.", ["shard", "change"]

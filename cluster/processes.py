@@ -19,7 +19,7 @@ import cluster
 from cluster import metrics
 from cluster.clock import AnchoredClock
 from cluster.config import Settings
-from cluster.coordination.base import Coordinator, Member, StaticCoordinator
+from cluster.coordination.base import Member, StaticCoordinator
 from cluster.errors import VakitError
 from cluster.leader.backlog import BacklogProbe
 from cluster.leader.janitor import Janitor
@@ -39,6 +39,12 @@ from cluster.worker.worker import Worker, default_worker_id
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from cluster.api.context import ApiContext
+    from cluster.coordination.zookeeper import ZkCoordinator
+    from cluster.resharding.control import ReshardControl
+    from cluster.resharding.port import Resharding
+    from shardmap import SlotMap
+
 __all__ = ["api_app", "build_targets", "make_coordinator", "run_api", "run_worker"]
 
 log = logging.getLogger(__name__)
@@ -49,7 +55,7 @@ def build_targets(settings: Settings) -> dict[str, Target]:
     return KINDS.build(TargetEnv.from_settings(settings))
 
 
-def make_coordinator(settings: Settings, worker_id: str) -> Coordinator:
+def make_coordinator(settings: Settings, worker_id: str) -> StaticCoordinator | ZkCoordinator:
     if not settings.zk:
         return StaticCoordinator(worker_id, settings.shard_count)
     from datetime import UTC, datetime
@@ -156,6 +162,39 @@ async def keep_anchored(
         anchored = await anchor_clock(clock, crons, shard_count)
 
 
+def resharding_for(
+    settings: Settings,
+    store: PgStore,
+    *,
+    run_mover: bool,
+    on_grow: Callable[[int], Coroutine[Any, Any, None]] | None = None,
+    on_map: Callable[[SlotMap], None] | None = None,
+) -> ReshardControl | None:
+    """The process's part in resharding, when ZooKeeper holds the topology."""
+    if not settings.zk:
+        return None
+    from cluster.coordination.topology import ZkTopology
+    from cluster.resharding.control import ReshardControl
+    from cluster.resharding.mover import MoverSettings
+    from cluster.store.postgres.moves import PgSlotMoves
+
+    mover = MoverSettings(
+        batch_slots=settings.reshard_batch_slots,
+        barrier_timeout=settings.reshard_barrier_timeout,
+        wave_window=settings.reshard_wave_window,
+        wave_threshold=settings.reshard_wave_threshold,
+    )
+    return ReshardControl(
+        ZkTopology(settings.zk, settings.shards, timeout=settings.zk_session_timeout),
+        store,
+        PgSlotMoves(store),
+        settings=mover,
+        run_mover=run_mover,
+        on_grow=on_grow,
+        on_map=on_map,
+    )
+
+
 def shard_store(
     settings: Settings,
     *,
@@ -211,6 +250,7 @@ async def run_worker(settings: Settings) -> None:
         loop.add_signal_handler(sig, stopping.set)
     runner = await _serve_ops(settings, worker.polling.is_set)
     n = store.shard_count
+
     # The materializer asks only "more than FOLD_DEFER_BACKLOG?": counted
     # up to one more than that, not to the backlog probe's cap of a million
     # (80 ms a call in a million-job wave, on every pass while it waits).
@@ -252,11 +292,26 @@ async def run_worker(settings: Settings) -> None:
     ]
     loop_tasks = [asyncio.create_task(lp.run(stopping)) for lp in loops]
     worker.start()
+
+    async def grown(shard_count: int) -> None:
+        for shard in range(shard_count):
+            worker.add_shard(shard)
+        for lp in loops:
+            lp.shard_count = shard_count
+        await asyncio.to_thread(coordinator.grow, shard_count)
+
+    resharding = resharding_for(
+        settings, store, run_mover=False, on_grow=grown, on_map=worker.route_by
+    )
+    if resharding is not None:
+        await resharding.start()
     log.info("worker started", extra={"worker_id": worker_id, "shards": n})
     await stopping.wait()
     started = time.monotonic()
     log.info("worker stopping", extra={"worker_id": worker_id})
     await worker.stop()
+    if resharding is not None:
+        await resharding.stop()
     await asyncio.gather(*loop_tasks, anchoring, return_exceptions=True)
     for target in targets.values():
         await target.close()
@@ -264,7 +319,9 @@ async def run_worker(settings: Settings) -> None:
     lag.cancel()
     await runner.cleanup()
     await store.close()
-    log.info("worker stopped", extra={"worker_id": worker_id, "seconds": time.monotonic() - started})
+    log.info(
+        "worker stopped", extra={"worker_id": worker_id, "seconds": time.monotonic() - started}
+    )
 
 
 def api_app(settings: Settings) -> FastAPI:
@@ -275,11 +332,21 @@ def api_app(settings: Settings) -> FastAPI:
 
     store = shard_store(settings, name="vakit-api")
     zk = settings.zk
+
+    def resharding(ctx: ApiContext) -> Resharding:
+        def route_by(slots: SlotMap) -> None:
+            ctx.shards = slots
+
+        control = resharding_for(settings, store, run_mover=True, on_map=route_by)
+        assert control is not None
+        return control
+
     return create_app(
         settings,
         store=store,
         crons=PgCronStore(store),
         view_factory=(lambda: ZkClusterView(zk)) if zk else None,
+        resharding=resharding if zk else None,
     )
 
 

@@ -15,6 +15,7 @@ retry, never a duplicate.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -62,6 +63,14 @@ class SlotMap:
 
     def shard_of_slot(self, slot: int) -> int:
         return self.owners[slot]
+
+    def shard_of(self, value: uuid.UUID) -> int:
+        """The shard holding the id ``value`` (its slot is in its ``rand_a`` bits)."""
+        return self.owners[(value.int >> 64) & 0xFFF]
+
+    def serving(self) -> list[int]:
+        """The shards that hold at least one slot, in order."""
+        return sorted(set(self.owners))
 
     def slots_of(self, shard: int) -> list[int]:
         return [slot for slot, owner in enumerate(self.owners) if owner == shard]

@@ -32,6 +32,7 @@ from cluster.api import console, cron_actions, job_actions
 from cluster.api import crons as cron_routes
 from cluster.api import jobs as job_routes
 from cluster.api import ops as ops_routes
+from cluster.api import shards as shard_routes
 from cluster.api.context import ApiContext
 from cluster.api.openapi import install_openapi, operation_id
 from cluster.api.problems import (
@@ -47,6 +48,7 @@ from cluster.config import Settings
 from cluster.coordination.base import ClusterView
 from cluster.errors import Overloaded, PayloadTooLarge, VakitError
 from cluster.looplag import watch_event_loop
+from cluster.resharding.port import Resharding
 from cluster.store.contracts.api import ApiJobStore
 from cluster.store.contracts.cron_intake import CronIntake
 
@@ -75,6 +77,7 @@ def create_app(
     clock: Clock | None = None,
     view_factory: Callable[[], ClusterView] | None = None,
     latest_schema_version: int | None = None,
+    resharding: Callable[[ApiContext], Resharding] | None = None,
 ) -> FastAPI:
     """The API on ``store`` and ``crons``; the lifespan opens and closes the
     store. ``view_factory`` makes an unstarted cluster view (ZooKeeper); the
@@ -88,10 +91,15 @@ def create_app(
         view_factory=view_factory,
         latest_schema_version=latest_schema_version,
     )
+    if resharding is not None:
+        ctx.resharding = resharding(ctx)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await store.open()
+        if ctx.resharding is not None:
+            # Routes by the slot map in ZooKeeper from the first request on.
+            await ctx.resharding.start()
         connecting = asyncio.create_task(_connect_view(ctx)) if view_factory else None
         metrics_server = _serve_metrics(settings, ctx)
         lag = asyncio.create_task(watch_event_loop())
@@ -114,6 +122,8 @@ def create_app(
                 connecting.cancel()
             if ctx.view is not None:
                 await asyncio.to_thread(ctx.view.stop)
+            if ctx.resharding is not None:
+                await ctx.resharding.stop()
             await store.close()
 
     app = VakitApp(
@@ -152,6 +162,7 @@ def create_app(
     app.include_router(ops_routes.router)
     app.include_router(cron_routes.router)
     app.include_router(cron_actions.router)
+    app.include_router(shard_routes.router)
     app.include_router(problem_pages)
     console.install(app)
     return app

@@ -29,6 +29,7 @@ from cluster.clock import Clock
 from cluster.config import Settings
 from cluster.coordination.base import ClusterView
 from cluster.errors import Forbidden, InvalidRequest, Unauthorized
+from cluster.resharding.port import Resharding
 from cluster.services.checks import CreateChecks
 from cluster.services.quotas import OwnerLimits
 from cluster.store.contracts.api import ApiJobStore
@@ -66,12 +67,15 @@ class ApiContext:
         *,
         view_factory: Callable[[], ClusterView] | None = None,
         latest_schema_version: int | None = None,
+        resharding: Resharding | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.crons = crons
         self.clock = clock
-        self.shards = shardmap.ShardMap(store.shard_count)
+        # The slot map this process routes by (epoch 0: slot % N); replaced
+        # whole when ZooKeeper shows a newer epoch (cluster.resharding.watch).
+        self.shards = shardmap.SlotMap.modulo(store.shard_count)
         # The target and payload checks (a rule of the service layer); the
         # services call them as ctx.check_target and ctx.check_payload.
         self.checks = CreateChecks(settings)
@@ -91,6 +95,8 @@ class ApiContext:
         # Builds the ZooKeeper view of the cluster; None without ZooKeeper.
         self.view_factory = view_factory
         self.view: ClusterView | None = None  # set once the view has connected
+        # The operator's shard calls (ZooKeeper); None without ZooKeeper.
+        self.resharding = resharding
         self.limits = OwnerLimits(settings)
         self.metrics_port: int | None = None  # the port of api_metrics_port's server, once up
         self.latest_schema_version = (

@@ -51,7 +51,10 @@ async def cluster_view(ctx: Ctx, operator: Operator) -> dict[str, Any]:
     Operator tokens only: host names, PIDs and every owner's backlog."""
     # The view connects in the background (app.py); until it has, the
     # report says coordination is unavailable.
-    return await cluster_status(ctx.store, ctx.view, coordinated=ctx.view_factory is not None)
+    status = await cluster_status(ctx.store, ctx.view, coordinated=ctx.view_factory is not None)
+    # The slot map this process routes by (0: slot % shards, never resharded).
+    status["slotMap"] = {"epoch": ctx.shards.epoch, "slots": ctx.shards.counts()}
+    return status
 
 
 @router.get("/api/v1/cluster/lateness", response_model=LatenessOut)

@@ -1,4 +1,4 @@
-"""``vakit jobs``, ``vakit crons``, ``vakit dlq`` and ``vakit completion``:
+"""``vakit jobs``, ``vakit crons``, ``vakit dlq``, ``vakit shards`` and ``vakit completion``:
 the command line for people, on the HTTP API only (never the database).
 
 Every command takes ``--api-url`` and ``--token`` (or ``VAKIT_API_URL`` and
@@ -17,6 +17,7 @@ from cluster.cli_client import crons_as_code  # noqa: F401
 from cluster.cli_client.crons import crons
 from cluster.cli_client.dlq import dlq
 from cluster.cli_client.jobs import jobs
+from cluster.cli_client.shards import shards
 
 __all__ = ["register"]
 
@@ -37,5 +38,5 @@ def completion(ctx: click.Context, shell: str) -> None:
 
 def register(main: click.Group) -> None:
     """Add the HTTP commands to the ``vakit`` group."""
-    for command in (jobs, crons, dlq, completion):
+    for command in (jobs, crons, dlq, shards, completion):
         main.add_command(command)

@@ -100,3 +100,6 @@ class StaticCoordinator:
 
     def add_listener(self, callback: Callable[[], None]) -> None:
         return None
+
+    def grow(self, shard_count: int) -> None:
+        self._shards = frozenset(range(shard_count))

@@ -70,6 +70,14 @@ class Contenders:
         self._holding: set[int] = set()  # shards whose lowest contender is ours
         self._touched: set[int] = set()  # shards where we may still have a node
 
+    def grow(self, root: str, shard_count: int) -> None:
+        """Contend for shards added to the running cluster too."""
+        with self._lock:
+            for i in range(len(self._paths), shard_count):
+                path = leader_path(root, i)
+                self._paths.append(path)
+                self._shard_by_path[path] = i
+
     def shard_of(self, path: str) -> int | None:
         """The shard whose leader path ``path`` is, if any (for watch events)."""
         return self._shard_by_path.get(path)

@@ -246,6 +246,17 @@ class ZkCoordinator:
         with self._lock:
             return self._led_locked(time.monotonic())
 
+    def grow(self, shard_count: int) -> None:
+        """Shards were added to the running cluster: share them out too."""
+        self._contenders.grow(self._root, shard_count)
+        with self._lock:
+            if shard_count <= self.shard_count:
+                return
+            self.shard_count = shard_count
+            self._members_dirty = True
+            self._dirty_all = True
+        self._wake.set()
+
     def add_listener(self, callback: Callable[[], None]) -> None:
         with self._lock:
             self._listeners.append(callback)

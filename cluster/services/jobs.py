@@ -8,6 +8,7 @@ the owner's limits and the failover of a keyless job to another shard.
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -160,12 +161,14 @@ async def _create_anywhere(ctx: Services, params: CreateJobParams) -> CreateResu
     names the job, which a GET finds if it was made."""
     tried: set[int] = set()
     last: ShardUnavailable | None = None
-    while len(tried) < ctx.shards.shard_count:
+    shards = ctx.shards
+    serving = shards.serving()
+    while len(tried) < len(serving):
         if tried:
-            params = params._replace(id=shardmap.new_uuid())
-        shard = ctx.shards.shard_of(params.id)
-        if shard in tried:
-            continue
+            # Another serving shard, by a slot it holds (a shard may hold none).
+            shard = next(s for s in serving if s not in tried)
+            params = params._replace(id=shardmap.new_uuid(random.choice(shards.slots_of(shard))))
+        shard = shards.shard_of(params.id)
         tried.add(shard)
         try:
             return await ctx.store.create_job(shard, params)
@@ -218,7 +221,14 @@ async def create_jobs(
 async def get_job(ctx: Services, owner: str, job_id: str) -> tuple[JobRecord, int]:
     """A job wherever it lives (pending, running or finished), and its shard."""
     jid, shard = locate(ctx, job_id)
-    job = await ctx.store.get_job(shard, GetJobParams(jid, owner))
+    params = GetJobParams(jid, owner)
+    job = await ctx.store.get_job(shard, params)
+    if job is None and ctx.shards.epoch > 0:
+        # Slots have moved: a finished job's history stays on the shard that
+        # ran it, so the others are asked too (only for a job not found).
+        for other in range(ctx.store.shard_count):
+            if other != shard and (job := await ctx.store.get_job(other, params)) is not None:
+                return job, other
     if job is None:
         raise NotFound("no such job", job_id=job_id)
     return job, shard

@@ -27,7 +27,7 @@ import psycopg
 from cluster.store.dsn import mask_dsn
 from cluster.store.sql import QUERIES
 
-__all__ = ["LayoutError", "ShardPlace", "check_layout", "fingerprint_of", "read_layout"]
+__all__ = ["LayoutError", "ShardPlace", "check_layout", "fingerprint_of", "grow_layout", "read_layout"]
 
 log = logging.getLogger(__name__)
 
@@ -184,3 +184,33 @@ def check_layout(dsns: Sequence[str], timeout: float = 5.0) -> list[ShardPlace]:
                 extra={"shard": p.position, "error": p.error},
             )
     return places
+
+
+def grow_layout(dsns: Sequence[str], new_dsn: str, timeout: float = 5.0) -> str:
+    """Record ``new_dsn`` as shard ``len(dsns)`` of the layout ``dsns`` has:
+    the new shard gets its place, and every shard the new count and
+    fingerprint. Idempotent (a rerun after a crash finishes it); returns the
+    new fingerprint. Every shard must answer."""
+    places = read_layout([*dsns, new_dsn], timeout)
+    down = [p.position for p in places if not p.reachable]
+    if down:
+        raise LayoutError(f"shard(s) {', '.join(map(str, down))} unreachable: a shard is added with all of them up")
+    new = places[-1]
+    uuids = [p.shard_uuid for p in places[:-1]]
+    if any(u is None for u in uuids):
+        raise LayoutError("the cluster's shards have no layout yet: start a process on them first")
+    new_uuid = new.shard_uuid or str(uuid.uuid4())
+    if new.shard_index is not None and new.shard_index != len(dsns):
+        raise LayoutError(f"{mask_dsn(new_dsn)} is already shard {new.shard_index} of a layout")
+    fp = fingerprint_of([*(u or "" for u in uuids), new_uuid])
+    count = len(dsns) + 1
+    with psycopg.connect(new_dsn, connect_timeout=max(1, int(timeout)), autocommit=True) as conn:
+        conn.execute(
+            QUERIES["layout_claim"],
+            {"shard_uuid": new_uuid, "shard_index": len(dsns), "shard_count": count, "fingerprint": fp},
+        )
+    for dsn in [*dsns, new_dsn]:
+        with psycopg.connect(dsn, connect_timeout=max(1, int(timeout)), autocommit=True) as conn:
+            conn.execute(QUERIES["layout_grow"], {"shard_count": count, "fingerprint": fp})
+    log.info("grew the shard layout", extra={"fingerprint": fp, "shards": count})
+    return fp

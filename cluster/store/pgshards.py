@@ -276,37 +276,57 @@ class PgShards:
         # rest is for the network.
         self.request_timeout = statement_timeout + timeout
         self._timers: dict[tuple[int, str], Any] = {}
-        self._dsns = [
-            _bounded(dsn, statement_timeout, idle_in_transaction_timeout, keepalive_seconds)
-            for dsn in dsns
-        ]
-        self._pools = [
-            AsyncConnectionPool(
-                dsn,
-                min_size=min_size,
-                max_size=max_size,
-                timeout=timeout,
-                open=False,
-                name=f"{name}-shard{i}",
-                # A connection that died with its server (restart, failover)
-                # is noticed before use, not by the statement that needs it;
-                # only idle ones are checked, a round trip per checkout was
-                # a tenth of a worker's CPU in a wave.
-                check=self._check_if_idle,
-                # No reset hook: with one, the pool hands every returned
-                # connection to its maintenance worker (a queue and a task
-                # switch per statement); connection() stamps it instead.
-                # The background refill gives up after a minute; connections
-                # are still made on demand, so a shard that comes back later
-                # is used again.
-                reconnect_timeout=60,
-                # Its socket registered with the event loop once, not per
-                # statement: a quarter of a statement's client CPU.
-                connection_class=WatchedConnection,
-                kwargs=self._connect_kwargs,
-            )
-            for i, dsn in enumerate(self._dsns)
-        ]
+        self._bounds = (statement_timeout, idle_in_transaction_timeout, keepalive_seconds)
+        self._sizes = (min_size, max_size, timeout)
+        self._name = name
+        self._opened = False
+        self._dsns: list[str] = []
+        self._pools: list[AsyncConnectionPool[WatchedConnection]] = []
+        for dsn in dsns:
+            self._new_pool(dsn)
+        self.shard_count = len(self._pools)
+
+    def _new_pool(self, dsn: str) -> AsyncConnectionPool[WatchedConnection]:
+        bounded = _bounded(dsn, *self._bounds)
+        pool: AsyncConnectionPool[WatchedConnection] = AsyncConnectionPool(
+            bounded,
+            min_size=self._sizes[0],
+            max_size=self._sizes[1],
+            timeout=self._sizes[2],
+            open=False,
+            name=f"{self._name}-shard{len(self._pools)}",
+            # A connection that died with its server (restart, failover)
+            # is noticed before use, not by the statement that needs it;
+            # only idle ones are checked, a round trip per checkout was
+            # a tenth of a worker's CPU in a wave.
+            check=self._check_if_idle,
+            # No reset hook: with one, the pool hands every returned
+            # connection to its maintenance worker (a queue and a task
+            # switch per statement); connection() stamps it instead.
+            # The background refill gives up after a minute; connections
+            # are still made on demand, so a shard that comes back later
+            # is used again.
+            reconnect_timeout=60,
+            # Its socket registered with the event loop once, not per
+            # statement: a quarter of a statement's client CPU.
+            connection_class=WatchedConnection,
+            kwargs=self._connect_kwargs,
+        )
+        self._dsns.append(bounded)
+        self._pools.append(pool)
+        return pool
+
+    async def add_shard(self, dsn: str) -> int:
+        """Open a pool to a shard added to the running cluster (resharding);
+        its number is the next one. The slot map, not this list, decides
+        when it serves anything."""
+        pool = self._new_pool(dsn)
+        shard = len(self._pools) - 1
+        if self._opened:
+            self._gauge(shard)
+            await pool.open(wait=False)
+        self.shard_count = len(self._pools)
+        return shard
 
     async def _check_if_idle(self, conn: psycopg.AsyncConnection[Any]) -> None:
         last = self._returned.get(conn)
@@ -319,19 +339,23 @@ class PgShards:
             watchdog.cancel()
 
     async def open(self) -> None:
-        # The pools' state is read when /metrics is scraped, not written at
-        # each statement (a tenth of a statement's own CPU in the API). The
-        # process's open store is the one its gauges show.
-        this = weakref.ref(self)
+        self._opened = True
         for shard in range(self.shard_count):
-            for state, stat in _POOL_STATS.items():
-                metrics.DB_POOL.labels(str(shard), state).set_function(
-                    functools.partial(_pool_stat, this, shard, stat)
-                )
+            self._gauge(shard)
         for pool in self._pools:
             # wait=False: a shard that is down at start must not stop the
             # others from serving; the pool keeps reconnecting.
             await pool.open(wait=False)
+
+    def _gauge(self, shard: int) -> None:
+        # The pools' state is read when /metrics is scraped, not written at
+        # each statement (a tenth of a statement's own CPU in the API). The
+        # process's open store is the one its gauges show.
+        this = weakref.ref(self)
+        for state, stat in _POOL_STATS.items():
+            metrics.DB_POOL.labels(str(shard), state).set_function(
+                functools.partial(_pool_stat, this, shard, stat)
+            )
 
     async def close(self) -> None:
         for pool in self._pools:

@@ -47,6 +47,7 @@ from cluster.worker.limits import TargetLimiter, parse_limits
 from cluster.worker.preload import PRELOAD_BATCH, Preloader, budget_jobs, wave_threshold
 from cluster.worker.runner import JobRunner
 from cluster.worker.wheel import TICK, TimingWheel
+from shardmap import SlotMap
 
 __all__ = ["InFlight", "Worker", "default_worker_id"]
 
@@ -101,11 +102,13 @@ class Worker:
         )
         self.wheel = TimingWheel(self.runner.run, self._stopping, self._metrics.soon, _SLICE)
         self._shards = {i: self._shard_state(i) for i in range(store.shard_count)}
+        self.slots = SlotMap.modulo(store.shard_count)
         self.runner.completers = {i: s.completer for i, s in self._shards.items()}
+        self._inflights = {i: s.inflight for i, s in self._shards.items()}
         self.heartbeat = Heartbeat(
             store,
             self.clock,
-            {i: s.inflight for i, s in self._shards.items()},
+            self._inflights,
             lease_seconds=settings.lease_seconds,
             grace_seconds=settings.lease_grace_seconds,
             every=settings.heartbeat_every,
@@ -333,19 +336,41 @@ class Worker:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
+
         # Ownership changes arrive on the coordinator's threads: poll newly
         # owned shards at once rather than at the next poll interval.
         def on_change() -> None:
             loop.call_soon_threadsafe(self._wake_all)
 
         self.coordinator.add_listener(on_change)
-        for shard, state in self._shards.items():
-            self._tasks.append(asyncio.create_task(self._claim_loop(shard), name=f"claim-{shard}"))
-            self._tasks.append(asyncio.create_task(state.completer.run(), name=f"complete-{shard}"))
-            self._tasks.append(
-                asyncio.create_task(self._heartbeat_loop(shard), name=f"heartbeat-{shard}")
-            )
+        for shard in self._shards:
+            self._start_shard(shard)
         self._tasks.append(asyncio.create_task(self._beat_loop(), name="beat"))
+
+    def _start_shard(self, shard: int) -> None:
+        state = self._shards[shard]
+        self._tasks.append(asyncio.create_task(self._claim_loop(shard), name=f"claim-{shard}"))
+        self._tasks.append(asyncio.create_task(state.completer.run(), name=f"complete-{shard}"))
+        self._tasks.append(
+            asyncio.create_task(self._heartbeat_loop(shard), name=f"heartbeat-{shard}")
+        )
+
+    def route_by(self, slots: SlotMap) -> None:
+        """The slot map to find a job's shard by now (a finish refused by a
+        shard that gave the job's slot away is written where it went)."""
+        self.slots = slots
+
+    def add_shard(self, shard: int) -> None:
+        """A shard added to the running cluster (resharding): its claim,
+        completion and heartbeat loops, which work once the coordinator
+        gives this worker the shard."""
+        if shard in self._shards:
+            return
+        self._shards[shard] = self._shard_state(shard)
+        self.runner.completers[shard] = self._shards[shard].completer
+        self._inflights[shard] = self._shards[shard].inflight
+        if self._tasks:
+            self._start_shard(shard)
 
     async def stop(self, grace: float | None = None) -> None:
         """Graceful stop: no new claims; in-flight jobs finish within ``grace``
@@ -361,7 +386,9 @@ class Worker:
         # slot freed during the grace must not start a firing the grace
         # then cuts off, and such a job goes back with its attempt refunded.
         entries = [e for s in self._shards.values() for e in s.inflight.values()]
-        waiting = [e.task for e in entries if e.task is not None and not e.fired and not e.task.done()]
+        waiting = [
+            e.task for e in entries if e.task is not None and not e.fired and not e.task.done()
+        ]
         for task in waiting:
             task.cancel()
         pending = [e.task for e in entries if e.task is not None and not e.task.done()]
@@ -373,7 +400,8 @@ class Worker:
         # A task cancelled above left no outcome: its job is released too.
         unfinished = {
             shard: [
-                e for e in state.inflight.values()
+                e
+                for e in state.inflight.values()
                 if e.task is None or not e.task.done() or e.task.cancelled()
             ]
             for shard, state in self._shards.items()

@@ -48,7 +48,7 @@ class LocalServices:
         self.store = store
         self.crons = MemCronStore(store)
         self.clock = clock
-        self.shards = shardmap.ShardMap(store.shard_count)
+        self.shards = shardmap.SlotMap.modulo(store.shard_count)
         self.limits = OwnerLimits(self.settings)
         self.keys_in_flight: set[tuple[str, str]] = set()
         self.refused: set[str] = set()

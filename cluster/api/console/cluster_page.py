@@ -38,5 +38,6 @@ async def cluster_page(request: Request) -> Response:
         request, "cluster.html", session=session, report=report, widest=max([1, *backlogs]),
         lateness=lateness, chart=chart(lateness.cluster, last, CHART_W, CHART_H),
         shard_lateness=by_shard,
+        slot_map={"epoch": ctx.shards.epoch, "counts": ctx.shards.counts()},
         shard_charts={s.shard: chart(s.minutes, last, 90, 20) for s in lateness.shards},
     )  # fmt: skip

@@ -12,7 +12,10 @@ class Sharded(Protocol):
     """The base of every role: the shard is always an explicit argument, so
     each caller needs to know how many there are."""
 
-    shard_count: int
+    @property
+    def shard_count(self) -> int:
+        """Read-only: it grows when a shard is added to the running cluster."""
+        ...
 
 
 class Lifecycle(Protocol):

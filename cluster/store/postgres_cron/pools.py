@@ -24,7 +24,11 @@ class PgCronPools:
 
     def __init__(self, store: PgStore) -> None:
         self.store = store
-        self.shard_count = store.shard_count
+
+    @property
+    def shard_count(self) -> int:
+        # The store's: it grows when a shard is added to the running cluster.
+        return self.store.shard_count
 
     async def _rows(self, shard: int, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         return await self.store.fetch(shard, name, params)

@@ -36,6 +36,18 @@ VALUES (%(shard_uuid)s, %(shard_index)s, %(shard_count)s, %(fingerprint)s)
 ON CONFLICT (singleton) DO NOTHING
 RETURNING shard_uuid;
 
+-- name: layout_grow
+-- A shard was added to the running cluster (cluster/store/layout.py grow_layout):
+-- every shard records the new count and fingerprint.
+UPDATE cluster_layout SET shard_count = %(shard_count)s, fingerprint = %(fingerprint)s;
+
+-- name: fence_all_slots
+-- A shard added to the running cluster serves no slot until the mover flips
+-- one to it (cluster/resharding/grow.py).
+INSERT INTO slot_fences (slot, state)
+SELECT g, 'absent' FROM generate_series(0, 4095) AS g
+ON CONFLICT (slot) DO NOTHING;
+
 -- ---------------------------------------------------------------------------
 -- Operators: search, retry, pause and resume, backfill
 -- ---------------------------------------------------------------------------

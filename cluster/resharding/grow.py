@@ -1,0 +1,58 @@
+"""Adding a shard to a running cluster: `vakit shards add DSN`.
+
+The new database is migrated, given its place in the layout, fenced on every
+slot (it serves nothing until the mover flips slots to it), appended to the
+shard list in ZooKeeper and to the slot map (the next epoch, one more shard,
+no slot). Every process watching the topology opens a pool to it; only a
+rebalance gives it work. Each step is idempotent: running the command again
+after a crash finishes what the last run began.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psycopg
+
+from cluster.coordination.topology import ZkTopology
+from cluster.store.dsn import mask_dsn
+from cluster.store.layout import grow_layout
+from cluster.store.migrate import migrate_shard
+from cluster.store.sql import QUERIES
+
+__all__ = ["add_shard"]
+
+log = logging.getLogger(__name__)
+
+
+def _fence_everything(dsn: str, timeout: float) -> None:
+    with psycopg.connect(dsn, connect_timeout=max(1, int(timeout)), autocommit=True) as conn:
+        conn.execute(QUERIES["fence_all_slots"])
+
+
+def add_shard_blocking(topology: ZkTopology, dsn: str, timeout: float = 10.0) -> int:
+    """Register ``dsn`` as the next shard; its number. Blocking."""
+    dsns = topology.shard_dsns()
+    if dsn in dsns:
+        shard = dsns.index(dsn)
+        log.info("shard %s (%s) is registered already; finishing its steps", shard, mask_dsn(dsn))
+        dsns = dsns[:shard]
+    shard = len(dsns)
+    migrate_shard(dsn, shard)
+    current = topology.read_map()
+    if current.shard_count <= shard:
+        # Not yet in the map, so no slot can be flipped to it: fencing them
+        # all cannot take one away from it.
+        _fence_everything(dsn, timeout)
+    grow_layout(dsns, dsn, timeout)
+    topology.register_shard(shard, dsn)
+    current = topology.read_map()
+    if current.shard_count <= shard:
+        topology.replace_map(current.epoch, current.with_shard())
+    log.info("added shard %s (%s)", shard, mask_dsn(dsn))
+    return shard
+
+
+async def add_shard(topology: ZkTopology, dsn: str, timeout: float = 10.0) -> int:
+    return await asyncio.to_thread(add_shard_blocking, topology, dsn, timeout)
