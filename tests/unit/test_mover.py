@@ -228,3 +228,23 @@ def test_active_shards_leave_out_the_retired_and_the_drained() -> None:
     current = SlotMap.modulo(4)
     assert active_shards(current, "rebalance", None, frozenset({1})) == [0, 2, 3]
     assert active_shards(current, "drain", 3, frozenset({1})) == [0, 2]
+
+
+def test_a_record_behind_the_map_is_never_rolled_back_past_the_flip() -> None:
+    """A record that says 'copy' for a batch the map already flipped (written
+    by a mover that lost its lock): a cancel finishes it instead of deleting
+    the only serving copy."""
+    ledger, shards = grown()
+    start_move(ledger)
+    shards.die_after = 5  # fence, barrier, copy, unfence B, (the map flips) fence A absent
+    with pytest.raises(Died):
+        asyncio.run(SlotMover(ledger, shards, SETTINGS).run(asyncio.Event()))
+    assert ledger.record is not None
+    behind = MoveRecord.from_json(ledger.record)
+    assert behind.batch is not None and ledger.map.counts()[2] > 0  # flipped
+    stale = replace(behind, state="cancelling", batch=behind.batch.at("copy"))
+    ledger.write_move(stale.to_json(), ledger.version)
+    record = asyncio.run(SlotMover(ledger, shards, SETTINGS).run(asyncio.Event()))
+    assert record is not None and record.state == "cancelled"
+    assert ledger.map.counts()[2] > 0
+    check_placed(ledger, shards)
