@@ -194,7 +194,7 @@ class ReshardControl:
                 body, _ = await asyncio.to_thread(self.topology.read_move)
                 if body is None or not MoveRecord.from_json(body).active:
                     continue
-                if not await asyncio.to_thread(lock.acquire, True, 0.5):
+                if not await asyncio.to_thread(self.topology.try_lock, lock, 0.5):
                     continue
                 try:
                     holds = self.topology.holds(lock)
