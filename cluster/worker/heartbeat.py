@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from cluster import metrics
 from cluster.clock import Clock
-from cluster.errors import VakitError
+from cluster.errors import SlotMoving, VakitError
 from cluster.model import HeartbeatParams
 from cluster.store.contracts.claims import JobClaims
 from cluster.worker.inflight import InFlight, log_fields
@@ -64,19 +64,33 @@ class Heartbeat:
         ]
         if not due:
             return 0
-        kept = await self.store.heartbeat(
-            shard,
-            HeartbeatParams(
-                leases=tuple(e.job.lease for e in due),
-                lease_seconds=self._lease,
-                grace_seconds=self._grace,
-            ),
-        )
+        refused: frozenset[uuid.UUID] = frozenset()
+        try:
+            kept = await self.store.heartbeat(
+                shard,
+                HeartbeatParams(
+                    leases=tuple(e.job.lease for e in due),
+                    lease_seconds=self._lease,
+                    grace_seconds=self._grace,
+                ),
+            )
+        except SlotMoving as exc:
+            # Leases of a slot moving off this shard were not extended here;
+            # their rows move with the lease, so the jobs are not lost: they
+            # run on, and are not dropped.
+            kept, refused = set(exc.written), exc.refused
+            log.warning(
+                "heartbeat refused for %d jobs: slot moving off this shard",
+                len(refused),
+                extra={"shard": shard, "slot": exc.slot},
+            )
         lost = 0
         extended = now + timedelta(seconds=self._lease + self._grace)
         for entry in due:
             if entry.job.id in kept:
                 entry.lease_until = max(entry.lease_until, extended)
+            elif entry.job.id in refused:
+                continue
             elif inflight.get(entry.job.id) is entry:
                 lost += 1
                 self._drop(entry, inflight)
