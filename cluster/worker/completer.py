@@ -24,7 +24,7 @@ from cluster.errors import ShardUnavailable, SlotMoving
 from cluster.model import FinishParams, JobResult, Outcome
 from cluster.store.contracts.claims import JobClaims
 from cluster.targets import FireResult
-from cluster.worker.inflight import InFlight, log_fields
+from cluster.worker.inflight import InFlight, log_fields, refused_for_move
 
 __all__ = ["Completer", "Fired"]
 
@@ -136,14 +136,8 @@ class Completer:
                 break
             except SlotMoving as exc:
                 # The others of the batch are written; the refused ones
-                # belong to a slot moving off this shard (their rows move
-                # with attempt and lease): not lost, not written here.
-                written, refused = set(exc.written), exc.refused
-                log.warning(
-                    "completion refused for %d jobs: slot moving off this shard",
-                    len(refused),
-                    extra={"shard": shard, "slot": exc.slot},
-                )
+                # belong to the slot's new owner, not written here.
+                written, refused = refused_for_move(exc, "completion", shard)
                 break
             except ShardUnavailable as exc:
                 if self._give_up():

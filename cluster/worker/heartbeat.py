@@ -22,7 +22,7 @@ from cluster.clock import Clock
 from cluster.errors import SlotMoving, VakitError
 from cluster.model import HeartbeatParams
 from cluster.store.contracts.claims import JobClaims
-from cluster.worker.inflight import InFlight, log_fields
+from cluster.worker.inflight import InFlight, log_fields, refused_for_move
 
 __all__ = ["Heartbeat"]
 
@@ -75,15 +75,9 @@ class Heartbeat:
                 ),
             )
         except SlotMoving as exc:
-            # Leases of a slot moving off this shard were not extended here;
-            # their rows move with the lease, so the jobs are not lost: they
-            # run on, and are not dropped.
-            kept, refused = set(exc.written), exc.refused
-            log.warning(
-                "heartbeat refused for %d jobs: slot moving off this shard",
-                len(refused),
-                extra={"shard": shard, "slot": exc.slot},
-            )
+            # Leases of a slot moving off this shard were not extended here:
+            # the jobs run on, and are not dropped.
+            kept, refused = refused_for_move(exc, "heartbeat", shard)
         lost = 0
         extended = now + timedelta(seconds=self._lease + self._grace)
         for entry in due:
