@@ -158,7 +158,11 @@ async def _create_anywhere(ctx: Services, params: CreateJobParams) -> CreateResu
     Only when nothing reached that shard: a create whose link failed after it
     was sent may have committed (the store has tried it again there, by its
     id), and making it on another shard would make it twice. The 503 then
-    names the job, which a GET finds if it was made."""
+    names the job, which a GET finds if it was made.
+
+    A :class:`~cluster.errors.SlotMoving` is not a failover either (it is
+    no ShardUnavailable): the slot is served by one shard or by none while
+    it moves, and the client retries after its Retry-After."""
     tried: set[int] = set()
     last: ShardUnavailable | None = None
     shards = ctx.shards

@@ -20,11 +20,11 @@ from typing import Any
 
 import shardmap
 from cluster import metrics
-from cluster.errors import ShardUnavailable
+from cluster.errors import ShardUnavailable, SlotMoving
 from cluster.model import FinishParams, JobResult, Outcome
 from cluster.store.contracts.claims import JobClaims
 from cluster.targets import FireResult
-from cluster.worker.inflight import InFlight, log_fields
+from cluster.worker.inflight import InFlight, log_fields, refused_for_move
 
 __all__ = ["Completer", "Fired"]
 
@@ -129,9 +129,15 @@ class Completer:
             return 0
         shard = self.shard
         delay = 0.5
+        refused: frozenset[uuid.UUID] = frozenset()
         while True:
             try:
                 written = await self.store.finish_jobs(shard, FinishParams(tuple(batch)))
+                break
+            except SlotMoving as exc:
+                # The others of the batch are written; the refused ones
+                # belong to the slot's new owner, not written here.
+                written, refused = refused_for_move(exc, "completion", shard)
                 break
             except ShardUnavailable as exc:
                 if self._give_up():
@@ -144,10 +150,15 @@ class Completer:
                 log.warning("completion failed, retrying: %s", exc, extra={"shard": shard})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
-        self._account(batch, written)
+        self._account(batch, written, refused)
         return len(written)
 
-    def _account(self, batch: list[JobResult], written: set[uuid.UUID]) -> None:
+    def _account(
+        self,
+        batch: list[JobResult],
+        written: set[uuid.UUID],
+        refused: frozenset[uuid.UUID] = frozenset(),
+    ) -> None:
         shard = self.shard
         succeeded: dict[str, int] = {}
         for res in batch:
@@ -166,7 +177,9 @@ class Completer:
                     "attempt": res.lease.attempt,
                 }
             )
-            if res.lease.id not in written:
+            if res.lease.id in refused:
+                log.warning("completion refused: the job's slot is moving", extra=extra)
+            elif res.lease.id not in written:
                 metrics.FENCED.labels(str(shard), "complete").inc()
                 log.warning("completion fenced: the job was no longer ours", extra=extra)
             elif res.outcome is Outcome.RETRY:
