@@ -19,6 +19,7 @@ import pytest
 import shardmap
 from cluster.coordination.topology import ZkTopology
 from cluster.errors import Conflict
+from cluster.local.pgserver import PgServer
 from cluster.model import ClaimParams, CreateJobParams
 from cluster.resharding.control import ReshardControl
 from cluster.resharding.ledger import MoveRecord
@@ -26,7 +27,7 @@ from cluster.resharding.mover import MoverSettings, SlotMover
 from cluster.store.postgres import PgStore
 from cluster.store.postgres.moves import PgSlotMoves
 from tests.helpers import eventually, job_params
-from tests.pgfixtures import PgServer, drop_databases
+from tests.pgfixtures import drop_databases
 from tests.shards import rows
 
 pytestmark = pytest.mark.integration
