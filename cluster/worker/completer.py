@@ -58,6 +58,7 @@ class Completer:
         on_written: Callable[[], None],
         owners: frozenset[str] = frozenset(),
         settle: Callable[[InFlight, FireResult, float, float], JobResult] | None = None,
+        on_refused: Callable[[JobResult, InFlight | None], None] | None = None,
     ) -> None:
         self.shard = shard
         # The owners the dead-letter metric names (the configured tenants);
@@ -71,6 +72,10 @@ class Completer:
         self._give_up = give_up
         self._on_written = on_written
         self._settle = settle
+        # An outcome the shard refused because the job's slot is moving off
+        # it (issue 42): handed back to the worker, which writes it where the
+        # slot went once the map says so.
+        self._on_refused = on_refused
         # JobResult, Fired or _DRAINED. A deque and an event rather than an
         # asyncio.Queue: every firing puts one, and the queue's put and get
         # cost 0.37 us against 0.05 (its bookkeeping serves join(), unused).
@@ -178,7 +183,10 @@ class Completer:
                 }
             )
             if res.lease.id in refused:
-                log.warning("completion refused: the job's slot is moving", extra=extra)
+                if self._on_refused is not None:
+                    self._on_refused(res, entry)
+                else:
+                    log.warning("completion refused: the job's slot is moving", extra=extra)
             elif res.lease.id not in written:
                 metrics.FENCED.labels(str(shard), "complete").inc()
                 log.warning("completion fenced: the job was no longer ours", extra=extra)
