@@ -83,7 +83,9 @@ def test_a_mover_killed_mid_move_loses_and_doubles_nothing(
             what="slots moved before the kill",
         )
         api.sigkill()
-        again = procs.api("api-2", start=False, zk=zk_connect, reshard_batch_slots=64)
+        again = procs.api(
+            "api-2", start=False, api_port=api.port, zk=zk_connect, reshard_batch_slots=64
+        )
         again.port = api.port
         again.start().wait_ready()
         wait_for(

@@ -29,6 +29,11 @@ from cluster.store.sql import QUERIES
 __all__ = ["PgSlotMoves"]
 
 SLOTS = 4096
+# A moved RUNNING job's lease lasts at least this long on its new shard: its
+# holder could not renew it while the slot was fenced (the mover may have been
+# down between two steps), and must get to write its outcome there before the
+# new owner's reaper runs the job again.
+RUNNING_GRACE_SECONDS = 60.0
 
 # How often the barrier looks again at the transactions it waits for.
 _BARRIER_POLL = 0.02
@@ -145,6 +150,11 @@ class PgSlotMoves:
             cur = await dst.execute(QUERIES["slot_merge"], {"table": table})
             merged = await cur.fetchone()
             assert merged is not None
+            if table == "jobs":
+                # Never prepared: the staging table is new in each transaction.
+                await dst.execute(
+                    QUERIES["slot_running_grace"], {"grace": RUNNING_GRACE_SECONDS}, prepare=False
+                )
             return int(merged[0])
 
     @wrap_exceptions
