@@ -12,7 +12,13 @@ from typing import Any
 
 from psycopg.rows import scalar_row
 
-from cluster.errors import Conflict, IdempotencyKeyReused, ShardUnavailable, VakitError
+from cluster.errors import (
+    Conflict,
+    IdempotencyKeyReused,
+    ShardUnavailable,
+    SlotMoving,
+    VakitError,
+)
 from cluster.model import (
     CreateJobParams,
     CreateJobsParams,
@@ -203,6 +209,15 @@ class PgCreates(PgShards):
                 return await self._create_once(shard, params, sessions, again=True)
             except ShardUnavailable as exc:
                 last = exc
+            except SlotMoving as exc:
+                # Fenced since the first try, which may have committed: the
+                # create is neither refused nor made, as far as we know.
+                raise ShardUnavailable(
+                    f"shard {shard}: slot {exc.slot} began moving while a create's commit "
+                    "was unknown; the create may have been committed",
+                    shard=shard,
+                    maybe_written=True,
+                ) from exc
         raise ShardUnavailable(
             f"{last.message}; the create may have been committed", shard=shard, maybe_written=True
         ) from last

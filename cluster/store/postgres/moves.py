@@ -25,10 +25,9 @@ from cluster.errors import InvalidRequest
 from cluster.store.contracts.moves import FENCE_STATES, MOVABLE_TABLES
 from cluster.store.pgshards import PgShards, translate_errors, wrap_exceptions
 from cluster.store.sql import QUERIES
+from shardmap import SLOTS
 
 __all__ = ["PgSlotMoves"]
-
-SLOTS = 4096
 
 # How often the barrier looks again at the transactions it waits for.
 _BARRIER_POLL = 0.02
