@@ -17,6 +17,7 @@ from cluster.errors import (
     IdempotencyKeyExpired,
     IdempotencyKeyReused,
     ShardUnavailable,
+    SlotMoving,
     VakitError,
 )
 from cluster.model import (
@@ -210,6 +211,15 @@ class PgCreates(PgShards):
                 return await self._create_once(shard, params, sessions, again=True)
             except ShardUnavailable as exc:
                 last = exc
+            except SlotMoving as exc:
+                # Fenced since the first try, which may have committed: the
+                # create is neither refused nor made, as far as we know.
+                raise ShardUnavailable(
+                    f"shard {shard}: slot {exc.slot} began moving while a create's commit "
+                    "was unknown; the create may have been committed",
+                    shard=shard,
+                    maybe_written=True,
+                ) from exc
         raise ShardUnavailable(
             f"{last.message}; the create may have been committed", shard=shard, maybe_written=True
         ) from last

@@ -25,10 +25,10 @@ from cluster.errors import InvalidRequest
 from cluster.store.contracts.moves import FENCE_STATES, MOVABLE_TABLES
 from cluster.store.pgshards import PgShards, translate_errors, wrap_exceptions
 from cluster.store.sql import QUERIES
+from shardmap import SLOTS
 
 __all__ = ["PgSlotMoves"]
 
-SLOTS = 4096
 # A moved RUNNING job's lease lasts at least this long on its new shard: its
 # holder could not renew it while the slot was fenced (the mover may have been
 # down between two steps), and must get to write its outcome there before the
