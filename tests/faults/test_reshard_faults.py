@@ -25,6 +25,7 @@ import pytest
 import shardmap
 from cluster.local.pgserver import PgServer
 from tests.helpers import wait_for
+from tests.integration.test_cli import as_json, ok, vakit
 from tests.load import Load
 from tests.pgfixtures import drop_databases
 from tests.procs import TOKEN, FaultSink, ProcessHarness, VakitProcess
@@ -33,6 +34,8 @@ from tests.shards import rows
 pytestmark = pytest.mark.faults
 
 MOVABLE = "SELECT id FROM jobs UNION ALL SELECT id FROM jobs_far"
+# The fault harness's token is an operator's (tests/procs.py).
+AS_OPERATOR = {"VAKIT_TOKEN": TOKEN}
 HELD = (
     "SELECT 1 FROM jobs WHERE id = %(id)s UNION ALL SELECT 1 FROM jobs_far WHERE id = %(id)s"
     " UNION ALL SELECT 1 FROM job_history WHERE id = %(id)s"
@@ -66,7 +69,7 @@ def test_a_mover_killed_mid_move_loses_and_doubles_nothing(
     def kill(api: VakitProcess) -> None:
         api.sigkill()
 
-    move_through_a_fault(procs, sink, zk_connect, new_dsn, kill)
+    move_through_a_fault(procs, sink, zk_connect, new_dsn, kill, drain=True)
 
 
 def test_a_mover_paused_past_its_session_is_fenced_out(
@@ -109,8 +112,13 @@ def move_through_a_fault(
     zk_connect: str,
     new_dsn: str,
     fault: Callable[[VakitProcess], None],
+    drain: bool = False,
     **settings: Any,
 ) -> None:
+    """Add a shard and rebalance under keyed load, with ``fault`` done to the
+    API running the mover midway; with ``drain``, then drain the new shard
+    out again with the CLI (``vakit shards drain 2 --wait``). The audit
+    follows: one job per key, each fired once, no row on two shards."""
     # Small batches, so that the fault lands between two of them or inside one.
     api = procs.api(zk=zk_connect, reshard_batch_slots=64, **settings)
     workers = [procs.worker(f"worker-{c}", zk=zk_connect) for c in "ab"]
@@ -142,6 +150,14 @@ def move_through_a_fault(
             what="the move resumed and done",
         )
         moved = status(again.base_url)
+        shown = as_json(vakit("shards", "status", "-o", "json", api=again, env=AS_OPERATOR))
+        assert shown["epoch"] == moved["epoch"] and shown["move"]["state"] == "done"
+        if drain:
+            out = ok(vakit("shards", "drain", "2", "--wait", api=again, env=AS_OPERATOR))
+            assert "slot map epoch" in out
+            drained = status(again.base_url)
+            assert [s["slots"] for s in drained["shards"]][2] == 0
+            assert drained["move"]["kind"] == "drain" and drained["move"]["state"] == "done"
         time.sleep(1.0)  # creates on the final map too
     assert moved["epoch"] > 1 and sorted(s["slots"] for s in moved["shards"]) == [1365, 1365, 1366]
     statuses = {s for s, _ in load.answers.values()}
