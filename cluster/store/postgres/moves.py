@@ -122,6 +122,10 @@ class PgSlotMoves:
             for lo, hi in await self._ranges(source, table, len(wanted), batch):
                 args = {"lo": _tid(lo), "hi": _tid(hi), "slots": wanted}
                 copied[table] += await self._copy_batch(source, target, table, args)
+        async with self.shards.connection(target) as conn:
+            await conn.execute(
+                QUERIES["slot_running_grace"], {"grace": RUNNING_GRACE_SECONDS, "slots": wanted}
+            )
         return copied
 
     async def _copy_batch(self, source: int, target: int, table: str, args: dict[str, Any]) -> int:
@@ -150,11 +154,6 @@ class PgSlotMoves:
             cur = await dst.execute(QUERIES["slot_merge"], {"table": table})
             merged = await cur.fetchone()
             assert merged is not None
-            if table == "jobs":
-                # Never prepared: the staging table is new in each transaction.
-                await dst.execute(
-                    QUERIES["slot_running_grace"], {"grace": RUNNING_GRACE_SECONDS}, prepare=False
-                )
             return int(merged[0])
 
     @wrap_exceptions
