@@ -16,10 +16,11 @@ import threading
 from collections.abc import Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
+from cluster.coordination.znodes import compare_and_set
 from cluster.errors import Conflict
 from shardmap import SlotMap
 
@@ -72,27 +73,20 @@ class ZkSlotMap:
             )
         data = new.to_json()
 
+        def change(stored_data: bytes | None) -> bytes | None:
+            stored = self._decode(stored_data)
+            if stored == new:
+                return None  # our own earlier try, whose answer was lost
+            if stored.epoch != expected_epoch:
+                raise StaleSlotMap(
+                    f"the slot map is at epoch {stored.epoch}, not {expected_epoch}",
+                    epoch=stored.epoch,
+                    expected=expected_epoch,
+                )
+            return data
+
         def attempt() -> None:
-            while True:
-                stored, version = self._read()
-                if stored == new:
-                    return  # our own earlier try, whose answer was lost
-                if stored.epoch != expected_epoch:
-                    raise StaleSlotMap(
-                        f"the slot map is at epoch {stored.epoch}, not {expected_epoch}",
-                        epoch=stored.epoch,
-                        expected=expected_epoch,
-                    )
-                try:
-                    if version < 0:
-                        self._client.create(self.path, data, makepath=True)
-                    else:
-                        self._client.set(self.path, data, version=version)
-                    return
-                except (BadVersionError, NodeExistsError):
-                    # Written between our read and our write, by another mover
-                    # or by our own try whose answer was lost: read and decide.
-                    continue
+            compare_and_set(self._client, self.path, change)
 
         self._retry(attempt)
         return self._remember(new)

@@ -34,7 +34,12 @@ from kazoo.recipe.lock import Lock
 from kazoo.retry import KazooRetry
 
 from cluster.coordination.slotmap import ZkSlotMap
-from cluster.coordination.znodes import close_client, ensure_chroot, normalize_root
+from cluster.coordination.znodes import (
+    close_client,
+    compare_and_set,
+    ensure_chroot,
+    normalize_root,
+)
 from cluster.errors import Conflict, CoordinationUnavailable
 from shardmap import SlotMap
 
@@ -118,26 +123,21 @@ class ZkTopology:
         list has another length (another shard was added meanwhile). A retry
         that finds ``dsn`` already at that index succeeds."""
 
+        def change(data: bytes | None) -> bytes | None:
+            dsns = self._merge(data)
+            if len(dsns) > expected_count and dsns[expected_count] == dsn:
+                return None  # our own earlier try, whose answer was lost
+            if len(dsns) != expected_count:
+                raise Conflict(
+                    f"the cluster has {len(dsns)} shards, not {expected_count}: "
+                    "another shard was added meanwhile",
+                    shards=len(dsns),
+                )
+            return json.dumps({"dsns": [*dsns, dsn]}).encode()
+
         def attempt() -> int:
-            while True:
-                dsns, version = self._read_list()
-                if len(dsns) > expected_count and dsns[expected_count] == dsn:
-                    return expected_count
-                if len(dsns) != expected_count:
-                    raise Conflict(
-                        f"the cluster has {len(dsns)} shards, not {expected_count}: "
-                        "another shard was added meanwhile",
-                        shards=len(dsns),
-                    )
-                data = json.dumps({"dsns": [*dsns, dsn]}).encode()
-                try:
-                    if version < 0:
-                        self._client.create(self.list_path, data, makepath=True)
-                    else:
-                        self._client.set(self.list_path, data, version=version)
-                    return expected_count
-                except (BadVersionError, NodeExistsError):
-                    continue
+            compare_and_set(self._client, self.list_path, change)
+            return expected_count
 
         index: int = self._retry(attempt)
         return index
@@ -166,26 +166,15 @@ class ZkTopology:
         return frozenset(json.loads(data)["shards"]) if data else frozenset()
 
     def set_retired(self, shard: int, retired: bool) -> None:
+        def change(data: bytes | None) -> bytes | None:
+            now = set(json.loads(data)["shards"]) if data else set()
+            wanted = now | {shard} if retired else now - {shard}
+            if wanted == now and data is not None:
+                return None
+            return json.dumps({"shards": sorted(wanted)}).encode()
+
         def attempt() -> None:
-            while True:
-                try:
-                    data, stat = self._client.get(self.retired_path)
-                    version = stat.version
-                except NoNodeError:
-                    data, version = b"", -1
-                now = set(json.loads(data)["shards"]) if data else set()
-                wanted = now | {shard} if retired else now - {shard}
-                if wanted == now and version >= 0:
-                    return
-                body = json.dumps({"shards": sorted(wanted)}).encode()
-                try:
-                    if version < 0:
-                        self._client.create(self.retired_path, body, makepath=True)
-                    else:
-                        self._client.set(self.retired_path, body, version=version)
-                    return
-                except (BadVersionError, NodeExistsError):
-                    continue
+            compare_and_set(self._client, self.retired_path, change)
 
         self._retry(attempt)
 

@@ -14,10 +14,11 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.retry import ForceRetryError, KazooRetry
 
@@ -28,6 +29,7 @@ __all__ = [
     "CONTENDER_RE",
     "LOCK_MARK",
     "close_client",
+    "compare_and_set",
     "ensure_chroot",
     "leader_path",
     "member_from_json",
@@ -163,3 +165,29 @@ def unregister_member(client: KazooClient, path: str, session: int, deadline: fl
         _, stat = wait_by(client.get_async(path), deadline)
         if stat.ephemeralOwner == session:
             wait_by(client.delete_async(path, version=stat.version), deadline)
+
+
+def compare_and_set(
+    client: KazooClient, path: str, change: Callable[[bytes | None], bytes | None]
+) -> None:
+    """Rewrite ``path`` by compare-and-set: ``change`` gets the stored data
+    (None: no node) and returns the new data, or None to write nothing (it
+    may raise to refuse). A write that lost a race, to another writer or to
+    our own earlier try whose answer was lost, reads and decides again."""
+    while True:
+        try:
+            data, stat = client.get(path)
+            version = stat.version
+        except NoNodeError:
+            data, version = None, -1
+        new = change(data)
+        if new is None:
+            return
+        try:
+            if version < 0:
+                client.create(path, new, makepath=True)
+            else:
+                client.set(path, new, version=version)
+            return
+        except (BadVersionError, NodeExistsError):
+            continue
