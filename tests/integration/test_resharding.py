@@ -204,36 +204,12 @@ class DiesAfter(PgSlotMoves):
         return out
 
 
-@pytest.mark.parametrize("dies_after", [1, 2, 3, 4, 5, 6, 9])
-async def test_a_mover_killed_between_any_two_steps_is_resumed(
-    store: PgStore, shard_dsns: list[str], new_dsn: str, zk_connect: str, dies_after: int
-) -> None:
-    loaded = await load(store, 200)
-    topology = ZkTopology(zk_connect, shard_dsns)
-    await asyncio.to_thread(topology.start)
-    try:
-        follower = ReshardControl(topology, store, PgSlotMoves(store), settings=FAST)
-        await follower.add(new_dsn)
-        await follower.request("rebalance")
-        stopping = asyncio.Event()
-        settings = MoverSettings(batch_slots=256, barrier_timeout=5.0, postpone_seconds=0.1)
-        # The mover's 'process' dies mid-step: its exception escapes run().
-        dying = SlotMover(topology, DiesAfter(store, dies_after), settings)
-        with pytest.raises(Killed):
-            await dying.run(stopping)
-        record = await SlotMover(topology, PgSlotMoves(store), settings).run(stopping)
-        assert record is not None and record.state == "done"
-        final = await asyncio.to_thread(topology.read_map)
-        where = placed([*shard_dsns, new_dsn])
-        assert set(where) == loaded["ids"]
-        assert all(len(s) == 1 and s[0] == final.shard_of(j) for j, s in where.items())
-    finally:
-        await asyncio.to_thread(topology.stop)
-
-
-async def test_cancel_rolls_back_the_batch_not_yet_flipped(
+@pytest.fixture
+async def grown(
     store: PgStore, shard_dsns: list[str], new_dsn: str, zk_connect: str
-) -> None:
+) -> AsyncIterator[tuple[ZkTopology, ReshardControl, dict[str, Any]]]:
+    """Loaded shards, a topology and a control (running no mover) that added
+    ``new_dsn`` and recorded a rebalance: the tests run the mover themselves."""
     loaded = await load(store, 200)
     topology = ZkTopology(zk_connect, shard_dsns)
     await asyncio.to_thread(topology.start)
@@ -241,22 +217,53 @@ async def test_cancel_rolls_back_the_batch_not_yet_flipped(
         control = ReshardControl(topology, store, PgSlotMoves(store), settings=FAST)
         await control.add(new_dsn)
         await control.request("rebalance")
-        # Kill it after the copy (fence, copy), then cancel, then resume.
-        with pytest.raises(Killed):
-            await SlotMover(topology, DiesAfter(store, 2), FAST).run(asyncio.Event())
-        await control.cancel()
-        with pytest.raises(Conflict):  # one move at a time, even while it is cancelled
-            await control.request("rebalance")
-        record = await SlotMover(topology, PgSlotMoves(store), FAST).run(asyncio.Event())
-        assert record is not None and record.state == "cancelled"
-        assert (await asyncio.to_thread(topology.read_map)).counts()[2] == 0
-        where = placed([*shard_dsns, new_dsn])
-        assert set(where) == loaded["ids"]
-        assert all(s == [shardmap.SlotMap.modulo(2).shard_of(j)] for j, s in where.items())
-        fenced = await PgSlotMoves(store).fenced_slots(0)
-        assert not fenced  # shard 0 serves its slots again
+        yield topology, control, loaded
     finally:
         await asyncio.to_thread(topology.stop)
+
+
+@pytest.mark.parametrize("dies_after", [1, 2, 3, 4, 5, 6, 9])
+async def test_a_mover_killed_between_any_two_steps_is_resumed(
+    store: PgStore,
+    shard_dsns: list[str],
+    new_dsn: str,
+    dies_after: int,
+    grown: tuple[ZkTopology, ReshardControl, dict[str, Any]],
+) -> None:
+    topology, _, loaded = grown
+    stopping = asyncio.Event()
+    settings = MoverSettings(batch_slots=256, barrier_timeout=5.0, postpone_seconds=0.1)
+    # The mover's 'process' dies mid-step: its exception escapes run().
+    with pytest.raises(Killed):
+        await SlotMover(topology, DiesAfter(store, dies_after), settings).run(stopping)
+    record = await SlotMover(topology, PgSlotMoves(store), settings).run(stopping)
+    assert record is not None and record.state == "done"
+    final = await asyncio.to_thread(topology.read_map)
+    where = placed([*shard_dsns, new_dsn])
+    assert set(where) == loaded["ids"]
+    assert all(len(s) == 1 and s[0] == final.shard_of(j) for j, s in where.items())
+
+
+async def test_cancel_rolls_back_the_batch_not_yet_flipped(
+    store: PgStore,
+    shard_dsns: list[str],
+    new_dsn: str,
+    grown: tuple[ZkTopology, ReshardControl, dict[str, Any]],
+) -> None:
+    topology, control, loaded = grown
+    # Kill it after the copy (fence, copy), then cancel, then resume.
+    with pytest.raises(Killed):
+        await SlotMover(topology, DiesAfter(store, 2), FAST).run(asyncio.Event())
+    await control.cancel()
+    with pytest.raises(Conflict):  # one move at a time, even while it is cancelled
+        await control.request("rebalance")
+    record = await SlotMover(topology, PgSlotMoves(store), FAST).run(asyncio.Event())
+    assert record is not None and record.state == "cancelled"
+    assert (await asyncio.to_thread(topology.read_map)).counts()[2] == 0
+    where = placed([*shard_dsns, new_dsn])
+    assert set(where) == loaded["ids"]
+    assert all(s == [shardmap.SlotMap.modulo(2).shard_of(j)] for j, s in where.items())
+    assert not await PgSlotMoves(store).fenced_slots(0)  # shard 0 serves its slots again
 
 
 def test_move_record_round_trips() -> None:
