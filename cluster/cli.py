@@ -85,10 +85,20 @@ def main() -> None:
 @click.option("--data-dir", default=".vakit", show_default=True, type=click.Path(file_okay=False))
 @click.option("--api-port", default=8080, show_default=True, help="0 picks a free port.")
 @click.option("--zookeeper/--no-zookeeper", default=True, show_default=True)
-@click.option("--kafka/--no-kafka", default=True, show_default=True, help="A local Kafka-compatible broker.")
-@click.option("--demo", is_flag=True, help="Create a few jobs against a local target and show them fire.")
+@click.option(
+    "--kafka/--no-kafka", default=True, show_default=True, help="A local Kafka-compatible broker."
+)
+@click.option(
+    "--demo", is_flag=True, help="Create a few jobs against a local target and show them fire."
+)
 def up(
-    shards: int, workers: int, data_dir: str, api_port: int, zookeeper: bool, kafka: bool, demo: bool
+    shards: int,
+    workers: int,
+    data_dir: str,
+    api_port: int,
+    zookeeper: bool,
+    kafka: bool,
+    demo: bool,
 ) -> None:
     """Run a whole local cluster in the foreground (Ctrl-C stops it all)."""
     from cluster.local.localcluster import LocalCluster, _port_free, run_foreground
@@ -129,6 +139,9 @@ def api(config: str | None) -> None:
     settings = _settings(config)
     _need_shards(settings)
     _observability(settings, "api")
+    from cluster.processes import with_added_shards
+
+    settings = with_added_shards(settings)
     _check_layout(settings)
     from cluster.processes import run_api
 
@@ -142,6 +155,9 @@ def worker(config: str | None) -> None:
     settings = _settings(config)
     _need_shards(settings)
     _observability(settings, "worker")
+    from cluster.processes import with_added_shards
+
+    settings = with_added_shards(settings)
     _check_layout(settings)
     from cluster.processes import run_loop, run_worker
 
@@ -224,7 +240,9 @@ def config() -> None:
 
 
 @config.command("check")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="TOML file.")
+@click.option(
+    "--config", "config_file", type=click.Path(exists=True, dir_okay=False), help="TOML file."
+)
 @click.option("--offline", is_flag=True, help="Do not connect to the shards.")
 def config_check(config_file: str | None, offline: bool) -> None:
     """Validate the settings and each shard: DSN, reachable, migrated, its place.
@@ -237,7 +255,9 @@ def config_check(config_file: str | None, offline: bool) -> None:
     problems = shard_problems(settings.shards)
     click.echo(f"settings: ok ({len(settings.model_fields_set)} set explicitly)")
     click.echo(f"api tokens: {len(settings.api_tokens)} owner service(s)")
-    click.echo(f"zookeeper: {settings.zk or 'off (static coordination: one worker per shard list)'}")
+    click.echo(
+        f"zookeeper: {settings.zk or 'off (static coordination: one worker per shard list)'}"
+    )
     click.echo(f"shards: {len(settings.shards)}")
     if not problems and not offline:
         from cluster.store.layout import layout_problems, read_layout
@@ -253,7 +273,9 @@ def config_check(config_file: str | None, offline: bool) -> None:
                 problems.append(f"shard {p.position} not migrated: run `vakit migrate`")
             elif (p.schema_version or 0) < LATEST_VERSION:
                 state = f"reachable, schema v{p.schema_version} of v{LATEST_VERSION}"
-                problems.append(f"shard {p.position} is at schema v{p.schema_version}: run `vakit migrate`")
+                problems.append(
+                    f"shard {p.position} is at schema v{p.schema_version}: run `vakit migrate`"
+                )
             elif p.fingerprint is None:
                 state = "reachable, migrated, no layout yet (the first process registers it)"
             else:

@@ -45,7 +45,14 @@ if TYPE_CHECKING:
     from cluster.resharding.port import Resharding
     from shardmap import SlotMap
 
-__all__ = ["api_app", "build_targets", "make_coordinator", "run_api", "run_worker"]
+__all__ = [
+    "api_app",
+    "build_targets",
+    "make_coordinator",
+    "run_api",
+    "run_worker",
+    "with_added_shards",
+]
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +167,35 @@ async def keep_anchored(
         except TimeoutError:
             pass
         anchored = await anchor_clock(clock, crons, shard_count)
+
+
+def with_added_shards(settings: Settings) -> Settings:
+    """``settings`` with the shards added to the running cluster (ZooKeeper's
+    shard list) after the configured ones: a process started with the old
+    ``VAKIT_SHARDS`` still serves them all. Without ZooKeeper, or when it does
+    not answer, the configured list as it is."""
+    if not settings.zk:
+        return settings
+    from cluster.coordination.topology import ZkTopology
+
+    topology = ZkTopology(
+        settings.zk, settings.shards, timeout=min(5.0, settings.zk_session_timeout)
+    )
+    try:
+        topology.start()
+        dsns = topology.shard_dsns()
+    except VakitError as exc:
+        log.warning("shard list: ZooKeeper did not answer; using VAKIT_SHARDS: %s", exc)
+        return settings
+    finally:
+        topology.stop()
+    if len(dsns) > len(settings.shards):
+        log.info(
+            "shards added to the cluster: %s more than VAKIT_SHARDS",
+            len(dsns) - len(settings.shards),
+        )
+        return settings.model_copy(update={"shards": list(dsns)})
+    return settings
 
 
 def resharding_for(

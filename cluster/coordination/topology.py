@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, LockTimeout, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.recipe.lock import Lock
@@ -248,6 +248,14 @@ class ZkTopology:
     def holds(self, lock: Lock) -> Callable[[], bool]:
         """A check that ``lock`` is still ours: held, on a connected session."""
         return lambda: bool(lock.is_acquired) and self._client.state == KazooState.CONNECTED
+
+    @staticmethod
+    def try_lock(lock: Lock, timeout: float) -> bool:
+        """Take ``lock`` within ``timeout`` seconds; False if another holds it."""
+        try:
+            return bool(lock.acquire(blocking=True, timeout=timeout))
+        except LockTimeout:
+            return False
 
     def mover_lock(self, identifier: str) -> Lock:
         """The cluster's one mover lock (kazoo's lock recipe: ephemeral, so a

@@ -18,7 +18,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cluster import metrics
 from cluster.coordination.topology import Topology, ZkTopology
@@ -26,9 +26,11 @@ from cluster.errors import Conflict, InvalidRequest, VakitError
 from cluster.resharding.grow import add_shard
 from cluster.resharding.ledger import MoveRecord
 from cluster.resharding.mover import MoverSettings, SlotMover, active_shards
-from cluster.store.contracts.moves import SlotMoves
 from cluster.store.dsn import mask_dsn
 from shardmap import SlotMap, plan_moves
+
+if TYPE_CHECKING:
+    from cluster.store.contracts.moves import SlotMoves
 
 __all__ = ["GrowableStore", "ReshardControl"]
 
@@ -192,7 +194,7 @@ class ReshardControl:
                 body, _ = await asyncio.to_thread(self.topology.read_move)
                 if body is None or not MoveRecord.from_json(body).active:
                     continue
-                if not await asyncio.to_thread(lock.acquire, True, 0.5):
+                if not await asyncio.to_thread(self.topology.try_lock, lock, 0.5):
                     continue
                 try:
                     holds = self.topology.holds(lock)

@@ -26,12 +26,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from cluster import metrics
 from cluster.errors import Conflict
 from cluster.resharding.ledger import Batch, MoveLedger, MoveRecord
-from cluster.store.contracts.moves import SlotMoves
 from shardmap import Move, SlotMap, plan_moves
+
+if TYPE_CHECKING:
+    from cluster.store.contracts.moves import SlotMoves
 
 __all__ = ["MoverSettings", "SlotMover", "active_shards", "next_batch"]
 

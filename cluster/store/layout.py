@@ -174,8 +174,9 @@ def check_layout(dsns: Sequence[str], timeout: float = 5.0) -> list[ShardPlace]:
     if problems:
         raise LayoutError(
             "; ".join(problems)
-            + ". Ids route by slot % shard count, so every process must use the list the "
-            "cluster was created with, in its order (`vakit config check` shows each shard's place)"
+            + ". Ids route by the slot map over this list, so every process must use the "
+            "cluster's list in its order, a shard added by `vakit shards add` at its end "
+            "(`vakit config check` shows each shard's place)"
         )
     for p in places:
         if not p.reachable:

@@ -163,7 +163,7 @@ async def test_drain_moves_every_slot_off_a_shard(
     assert control.map.counts()[0] == 0
 
 
-class Killed(Exception):
+class Killed(BaseException):
     """The mover 'dies' here: nothing after this point of the step ran."""
 
 
