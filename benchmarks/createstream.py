@@ -14,6 +14,7 @@ only the jobs the API said it created.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections import Counter
@@ -27,7 +28,7 @@ import uvloop
 from benchmarks.leanhttp import HttpError, LeanClient
 from benchmarks.stats import summarize
 
-__all__ = ["CreateStream", "StreamRequest", "request_figures"]
+__all__ = ["CreateStream", "StreamRequest", "request_figures", "status_series"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,8 @@ class CreateStream:
     rate: float
     concurrency: int = 64
     requests: list[StreamRequest] = field(default_factory=list)
+    # The first answers of each kind that were not a create: what a 503 said.
+    error_samples: dict[str, str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _error: BaseException | None = None
@@ -93,6 +96,8 @@ class CreateStream:
                     status = str(r.status)
                     if r.status in (200, 201):
                         job_id = orjson.loads(r.body).get("jobId")
+                    elif len(self.error_samples) < 5 and status not in self.error_samples:
+                        self.error_samples[status] = r.body[:400].decode(errors="replace")
                 except (OSError, HttpError, TimeoutError) as exc:
                     status = type(exc).__name__
                 done = loop.time()
@@ -136,3 +141,19 @@ def request_figures(requests: Iterable[StreamRequest], lo: float, hi: float) -> 
         "share_503": statuses["503"] / len(mine) if mine else None,
         "errors_other_than_503": sum(other.values()),
     }
+
+
+def status_series(requests: Iterable[StreamRequest], origin: float) -> list[list[int]]:
+    """Per second from ``origin`` (epoch seconds) by when each request was
+    due: ``[second, requests, 503s, other 5xx or failed]``, for the seconds
+    that had a request. Where in a move the 503s came shows here."""
+    bins: dict[int, list[int]] = {}
+    for r in requests:
+        second = math.floor(r.sent - origin)
+        row = bins.setdefault(second, [second, 0, 0, 0])
+        row[1] += 1
+        if r.status == "503":
+            row[2] += 1
+        elif not r.status.startswith(("2", "4")):
+            row[3] += 1
+    return [bins[k] for k in sorted(bins)]

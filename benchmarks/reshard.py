@@ -42,7 +42,7 @@ from typing import Any
 import psycopg
 
 from benchmarks.apiload import CRONS, JOBS, create_items
-from benchmarks.createstream import CreateStream, request_figures
+from benchmarks.createstream import CreateStream, request_figures, status_series
 from benchmarks.cronwave import slot_at_least
 from benchmarks.firings import (
     CRON,
@@ -63,7 +63,7 @@ from benchmarks.options import add_cluster_options, cluster_spec, run_settings, 
 from benchmarks.outcomes import ON_TIME_SECONDS, server_info
 from benchmarks.report import headline, machine_info, summary_line, write_report
 from benchmarks.reshardreport import reshard_line, write_markdown
-from benchmarks.shardmoves import MoveResult, ShardsApi, move_figures
+from benchmarks.shardmoves import MoveResult, ShardsApi, epoch_seen, move_figures
 from benchmarks.sql import query
 from cluster.instants import format_instant
 
@@ -302,6 +302,23 @@ def run(opts: ReshardOptions) -> dict[str, Any]:
             all_dsns = dsns + ([spare] if added and spare else [])
             backlog = _wait_backlog(cluster, all_dsns, owner, until, opts.drain_timeout)
             final_status = shards_api.status() if spec.zookeeper else None
+            # The map each process routes by, against the one ZooKeeper holds.
+            epochs = {
+                **{f"api-{i}": epoch_seen(f"{u}/metrics", operator) for i, u in enumerate(urls)},
+                # What an API routes creates by (its /api/v1/cluster), which
+                # its gauge does not show when its own mover set the gauge.
+                **{
+                    f"api-{i} routes by": ShardsApi(u, operator)
+                    .call("GET", "/api/v1/cluster")
+                    .get("slotMap", {})
+                    .get("epoch")
+                    for i, u in enumerate(urls)
+                },
+                **{
+                    f"worker-{i}": epoch_seen(f"http://127.0.0.1:{port}/metrics")
+                    for i, port in enumerate(cluster.metrics_ports)
+                },
+            }
             sink_total = cluster.sink_count(flush=True)
         cluster.stop_processes()
         pg = server_info(dsns[0])
@@ -347,15 +364,19 @@ def run(opts: ReshardOptions) -> dict[str, Any]:
             "rows_per_copy_second": round(rows / copy_s, 1) if copy_s > 0 else None,
             "jobs_per_copy_second": round(jobs_copied / copy_s, 1) if copy_s > 0 else None,
             "final_status": final_status,
+            "epoch_seen_by_process": epochs,
             "usage": moves_usage.as_dict(),
         },
         "lateness_by_window": lateness,
         "api_latency_seconds": api["during"]["latency_seconds"],
         "api_by_window": api,
         "api_errors_other_than_503": sum(a["errors_other_than_503"] for a in api.values() if a),
+        # [second from the first move's start, requests, 503s, other errors]
+        "api_status_per_second": status_series(requests, moves_start),
         "stream": {
             "requests": len(requests),
             "created": sum(1 for r in requests if r.job_id),
+            "error_samples": stream.error_samples,
             "seconds": round(stream_end - stream_start, 1),
         },
         "load": {

@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MoveResult", "ShardsApi", "move_figures"]
+__all__ = ["MoveResult", "ShardsApi", "epoch_seen", "move_figures"]
 
 log = logging.getLogger("benchmarks.shardmoves")
 
@@ -111,6 +111,23 @@ class ShardsApi:
                 self.call("POST", "/api/v1/shards/move/cancel")
                 timed_out = True
             time.sleep(1.0)
+
+
+def epoch_seen(metrics_url: str, token: str | None = None) -> int | None:
+    """The slot map's epoch a process routes by (its ``vakit_slot_map_epoch``
+    gauge); None if it cannot be read. After the moves, every process should
+    show the last epoch: one that does not routes by a stale map."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        request = urllib.request.Request(metrics_url, headers=headers)
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            text = resp.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+    for line in text.splitlines():
+        if line.startswith("vakit_slot_map_epoch "):
+            return int(float(line.split()[1]))
+    return None
 
 
 def move_figures(result: MoveResult) -> dict[str, Any]:
