@@ -116,8 +116,10 @@ def bench_main(
     argv: list[str] | None,
     parse_args: Callable[[list[str] | None], tuple[_Options, bool]],
     run: Callable[[_Options], dict[str, Any]],
+    also: Callable[[dict[str, Any]], str] | None = None,
 ) -> int:
-    """A benchmark's ``main``: parse, run, print the summary line; 130 on Ctrl-C or SIGTERM."""
+    """A benchmark's ``main``: parse, run, print the summary line (and
+    ``also``'s line of the benchmark's own figures); 130 on Ctrl-C or SIGTERM."""
     opts, verbose = parse_args(argv)
     setup_logging(verbose)
     try:
@@ -127,6 +129,8 @@ def bench_main(
         print(f"{name}: interrupted; everything started was stopped", file=sys.stderr)
         return 130
     print(summary_line(name, report), flush=True)
+    if also is not None:
+        print(also(report), flush=True)
     return 0
 
 

@@ -39,33 +39,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
-
 from benchmarks.apiload import CRONS, JOBS, create_items
 from benchmarks.createstream import CreateStream, request_figures, status_series
 from benchmarks.cronwave import slot_at_least
 from benchmarks.firings import (
-    CRON,
     audit_crons,
     audit_jobs,
     first_arrivals,
     lateness_by_window,
     read_firings,
 )
-from benchmarks.harness import (
-    BenchCluster,
-    ClusterSpec,
-    ProcessSampler,
-    setup_logging,
-    terminate_on_sigterm,
-)
+from benchmarks.harness import BenchCluster, ClusterSpec, ProcessSampler, bench_main
 from benchmarks.options import add_cluster_options, cluster_spec, run_settings, settings_in_effect
 from benchmarks.outcomes import ON_TIME_SECONDS, server_info
-from benchmarks.report import headline, machine_info, summary_line, write_report
+from benchmarks.report import headline, machine_info, write_report
+from benchmarks.reshardload import cron_body, job_body, sleep_until, wait_backlog
 from benchmarks.reshardreport import reshard_line, write_markdown
 from benchmarks.shardmoves import MoveResult, ShardsApi, epoch_seen, move_figures
-from benchmarks.sql import query
-from cluster.instants import format_instant
 
 __all__ = ["ReshardOptions", "main", "run"]
 
@@ -106,73 +96,6 @@ class ReshardOptions:
         # 5,000/s, crons 1,000/s in batches), so the first jobs fall due
         # after it, plus a margin.
         return 5.0 + self.jobs / 5000 + self.crons / 1000
-
-
-def _job_body(kind: str, run_at: datetime, target: dict[str, Any], i: int) -> dict[str, Any]:
-    return {
-        "type": f"bench.reshard.{kind}",
-        "runAt": format_instant(run_at),
-        "target": target,
-        "payload": {"k": kind, "i": i},
-        "maxAttempts": 3,
-        "timeoutSeconds": 30,
-    }
-
-
-def _cron_body(target: dict[str, Any], tag: str, i: int) -> dict[str, Any]:
-    return {
-        "name": f"reshard-{tag}-{i}",
-        "schedule": "* * * * *",
-        "timeZone": "UTC",
-        "type": "bench.reshard.cron",
-        "target": target,
-        "payload": {"k": CRON, "i": i},
-        "maxAttempts": 3,
-        "timeoutSeconds": 30,
-    }
-
-
-def _due_pending(dsns: list[str], owner: str, until: datetime) -> int:
-    total = 0
-    for dsn in dsns:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            row = conn.execute(
-                query("owner_due_pending"), {"owners": [owner], "until": until}
-            ).fetchone()
-            total += int(row[0]) if row else 0
-    return total
-
-
-def _sleep_until(when: float, cluster: BenchCluster, what: str) -> None:
-    while (left := when - time.time()) > 0:
-        cluster.check_alive()
-        print(f"reshard: {left:.0f} s until {what}", file=sys.stderr, flush=True)
-        time.sleep(min(left, 10.0))
-
-
-def _wait_backlog(
-    cluster: BenchCluster, dsns: list[str], owner: str, until: datetime, timeout: float
-) -> dict[str, Any]:
-    """Until nothing of the run due at or before ``until`` is pending on any
-    shard (each fired, and answered, so it is on the sink's record)."""
-    started = time.time()
-    _sleep_until(until.timestamp(), cluster, "the last runAt waited for")
-    while True:
-        cluster.check_alive()
-        pending = _due_pending(dsns, owner, until)
-        waited = time.time() - started
-        if pending == 0 or waited > timeout:
-            return {
-                "until": until.isoformat(),
-                "pending_left": pending,
-                "seconds": round(waited, 1),
-            }
-        print(
-            f"reshard: {pending:,} jobs due by {until:%H:%M:%S} still pending",
-            file=sys.stderr,
-            flush=True,
-        )
-        time.sleep(2.0)
 
 
 def run(opts: ReshardOptions) -> dict[str, Any]:
@@ -218,7 +141,7 @@ def run(opts: ReshardOptions) -> dict[str, Any]:
             crons = asyncio.run(
                 create_items(
                     urls,
-                    [(token, opts.crons, lambda i: _cron_body(target, tag, i))],
+                    [(token, opts.crons, lambda i: cron_body(target, tag, i))],
                     CRONS,
                     batch=opts.create_batch,
                     clients=opts.clients,
@@ -232,7 +155,7 @@ def run(opts: ReshardOptions) -> dict[str, Any]:
                         (
                             token,
                             opts.jobs,
-                            lambda i: _job_body(
+                            lambda i: job_body(
                                 "bulk", first_due + timedelta(seconds=span * i / opts.jobs), target, i
                             ),
                         )
@@ -254,7 +177,7 @@ def run(opts: ReshardOptions) -> dict[str, Any]:
             stream = CreateStream(
                 urls,
                 token,
-                lambda n: _job_body(
+                lambda n: job_body(
                     "stream", datetime.now(UTC) + timedelta(seconds=opts.ahead), target, n
                 ),
                 opts.rate,
@@ -265,7 +188,7 @@ def run(opts: ReshardOptions) -> dict[str, Any]:
             moves: list[MoveResult] = []
             added: dict[str, Any] | None = None
             try:
-                _sleep_until(
+                sleep_until(
                     max(first_due.timestamp(), stream_start) + opts.settle,
                     cluster,
                     "the first move",
@@ -282,7 +205,7 @@ def run(opts: ReshardOptions) -> dict[str, Any]:
                         )
                 moves_end = time.time()
                 moves_usage = sampler.usage_since(moves_mark)
-                _sleep_until(moves_end + opts.settle, cluster, "the stream's end")
+                sleep_until(moves_end + opts.settle, cluster, "the stream's end")
             finally:
                 requests = stream.stop()
             stream_end = time.time()
@@ -300,7 +223,7 @@ def run(opts: ReshardOptions) -> dict[str, Any]:
                 # least the first after the crons were made.
                 until = max(first_slot, until)
             all_dsns = dsns + ([spare] if added and spare else [])
-            backlog = _wait_backlog(cluster, all_dsns, owner, until, opts.drain_timeout)
+            backlog = wait_backlog(cluster, all_dsns, owner, until, opts.drain_timeout)
             final_status = shards_api.status() if spec.zookeeper else None
             # The map each process routes by, against the one ZooKeeper holds.
             epochs = {
@@ -489,17 +412,7 @@ def parse_args(argv: list[str] | None) -> tuple[ReshardOptions, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts, verbose = parse_args(argv)
-    setup_logging(verbose)
-    try:
-        with terminate_on_sigterm():
-            report = run(opts)
-    except KeyboardInterrupt:
-        print("reshard: interrupted; everything started was stopped", file=sys.stderr)
-        return 130
-    print(summary_line("reshard", report), flush=True)
-    print(reshard_line(report), flush=True)
-    return 0
+    return bench_main("reshard", argv, parse_args, run, also=reshard_line)
 
 
 if __name__ == "__main__":
