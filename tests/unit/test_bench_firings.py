@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from benchmarks.createstream import StreamRequest, request_figures
+from benchmarks.createstream import StreamRequest, request_figures, status_series
 from benchmarks.firings import (
     CRON,
     Firing,
@@ -121,6 +121,11 @@ def test_the_streams_requests_by_window_give_the_503_share_and_other_errors() ->
     assert during["statuses"] == {"503": 1, "201": 1, "500": 1, "HttpError": 1}
     assert during["share_503"] == 0.25 and during["errors_other_than_503"] == 2
     assert request_figures(requests, T + 100, T + 200)["share_503"] is None
+    # Per second from the moves' start: [second, requests, 503s, other errors].
+    assert status_series(requests, T + 2.5) == [
+        [-3, 1, 0, 0], [-2, 1, 0, 0], [-1, 1, 1, 0], [0, 1, 0, 0], [1, 1, 0, 1], [2, 1, 0, 1],
+        [3, 1, 0, 0],
+    ]  # fmt: skip
 
 
 def test_a_moves_rate_is_its_rows_over_its_copy_seconds() -> None:
