@@ -38,6 +38,7 @@ class StreamRequest:
     service: float  # seconds from sent to answer
     status: str  # "201", "503", … or the exception's name
     job_id: str | None
+    n: int = -1  # its place in the stream (the job's payload index)
 
 
 @dataclass
@@ -102,7 +103,7 @@ class CreateStream:
                     status = type(exc).__name__
                 done = loop.time()
             self.requests.append(
-                StreamRequest(epoch0 + (due - start), done - due, done - sent, status, job_id)
+                StreamRequest(epoch0 + (due - start), done - due, done - sent, status, job_id, n)
             )
 
         try:

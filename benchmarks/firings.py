@@ -17,7 +17,7 @@ guarantee a move must keep) and which under several (a retry).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -97,11 +97,17 @@ def _doubles(arrivals: dict[str, list[Firing]]) -> dict[str, Any]:
     }
 
 
-def audit_jobs(expected: Mapping[str, str], firings: Iterable[Firing]) -> dict[str, Any]:
+def audit_jobs(
+    expected: Mapping[str, str],
+    firings: Iterable[Firing],
+    answers: Mapping[tuple[str, int], str] | None = None,
+) -> dict[str, Any]:
     """One-shot jobs: ``expected`` maps each job id the API said exists
     (created, or found by its key) to its kind; every one must arrive once.
-    A one-shot firing of an id the API never gave is ``unexpected`` (a
-    create answered with an error that wrote the job anyway)."""
+    A one-shot firing of an id the API never gave is ``unexpected``: a
+    create answered with an error that wrote the job anyway, or one whose
+    answer never came (``answers``, (kind, index) to what its create was
+    answered, tells them apart)."""
     arrivals = _by_job(f for f in firings if f.kind != CRON)
     lost = [j for j in expected if j not in arrivals]
     unexpected = [fs[0] for j, fs in arrivals.items() if j not in expected]
@@ -119,6 +125,9 @@ def audit_jobs(expected: Mapping[str, str], firings: Iterable[Firing]) -> dict[s
         "lost_samples": lost[:_SAMPLES],
         **doubles,
         "unexpected": len(unexpected),
+        "unexpected_by_create_answer": dict(
+            Counter((answers or {}).get((f.kind, f.index), "unknown") for f in unexpected)
+        ),
         "unexpected_samples": [
             {"jobId": f.job_id, "kind": f.kind, "index": f.index} for f in unexpected[:_SAMPLES]
         ],

@@ -253,7 +253,8 @@ def run(opts: ReshardOptions) -> dict[str, Any]:
         while s <= until:
             slots.append(s.timestamp())
             s += timedelta(minutes=1)
-    jobs_audit = audit_jobs(expected, firings)
+    answers = {("stream", r.n): r.status for r in requests}
+    jobs_audit = audit_jobs(expected, firings, answers)
     cron_audit = audit_crons(opts.crons, slots, firings) if opts.crons else None
     firsts = first_arrivals(firings)
     windows = {

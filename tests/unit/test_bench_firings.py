@@ -62,7 +62,10 @@ def test_lost_doubled_and_unexpected_jobs_are_each_counted() -> None:
         fired("refused-but-fired", T, kind="stream", i=9),
         fired("occurrence", T, kind=CRON),  # a cron's: not a one-shot job
     ]  # fmt: skip
-    audit = audit_jobs({"two-owners": "bulk", "retried": "bulk", "lost": "stream"}, firings)
+    answers = {("stream", 9): "503"}
+    audit = audit_jobs(
+        {"two-owners": "bulk", "retried": "bulk", "lost": "stream"}, firings, answers
+    )
     assert not audit["exactly_once"]
     assert audit["lost"] == 1 and audit["lost_samples"] == ["lost"]
     assert audit["doubled"] == 2
@@ -70,6 +73,7 @@ def test_lost_doubled_and_unexpected_jobs_are_each_counted() -> None:
     samples = {s["jobId"]: s["attempts"] for s in audit["doubled_samples"]}
     assert samples == {"two-owners": [1, 1], "retried": [1, 2]}
     assert audit["unexpected"] == 1
+    assert audit["unexpected_by_create_answer"] == {"503": 1}
     assert audit["unexpected_samples"] == [
         {"jobId": "refused-but-fired", "kind": "stream", "index": 9}
     ]
