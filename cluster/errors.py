@@ -22,6 +22,7 @@ __all__ = [
     "Overloaded",
     "PayloadTooLarge",
     "ShardUnavailable",
+    "SlotMoving",
     "StoreError",
     "Unauthorized",
     "VakitError",
@@ -111,6 +112,41 @@ class ShardUnavailable(VakitError):
         self.shard = shard
         self.retry_after = retry_after
         self.maybe_written = maybe_written
+
+
+class SlotMoving(VakitError):
+    """A write for a slot this shard does not serve now: the slot is being
+    moved off it, or has been (``slot_fences``, issue 42). The shard refused
+    it inside the write's own transaction, so nothing was written; the
+    slot is served by its new owner, or by nobody for a moment. Retry
+    after ``retry_after`` seconds (routed by a newer slot map).
+
+    Deliberately not a :class:`ShardUnavailable`: a create must not fail
+    over to another shard, since a slot is served by one shard or by none.
+
+    A batch of the worker's writes (heartbeats, completions) is written for
+    every job it can: ``written`` holds the ids that were, ``refused`` the
+    ids of fenced slots that were not (both empty for a single write)."""
+
+    def __init__(
+        self,
+        shard: int,
+        slot: int,
+        *,
+        retry_after: int = 1,
+        written: frozenset[Any] = frozenset(),
+        refused: frozenset[Any] = frozenset(),
+    ) -> None:
+        super().__init__(
+            f"slot {slot} is moving between shards; retry in {retry_after} s",
+            shard=shard,
+            slot=slot,
+        )
+        self.shard = shard
+        self.slot = slot
+        self.retry_after = retry_after
+        self.written = written
+        self.refused = refused
 
 
 class CoordinationUnavailable(VakitError):

@@ -34,6 +34,7 @@ from cluster.errors import (
     Overloaded,
     PayloadTooLarge,
     ShardUnavailable,
+    SlotMoving,
     StoreError,
     Unauthorized,
     VakitError,
@@ -119,6 +120,9 @@ PROBLEMS: dict[type[VakitError], ProblemKind] = {
     Conflict: CONFLICT,
     Overloaded: TOO_MANY_REQUESTS,
     ShardUnavailable: SHARD_UNAVAILABLE,
+    # A slot moving between shards: for the client, this shard cannot take
+    # the write for a second (the body names the slot).
+    SlotMoving: SHARD_UNAVAILABLE,
     CoordinationUnavailable: COORDINATION_UNAVAILABLE,
     StoreError: INTERNAL,
     VakitError: INTERNAL,
@@ -165,7 +169,7 @@ def problem_for(exc: BaseException, *, where: str = "") -> tuple[dict[str, Any],
     if isinstance(exc, ShardUnavailable):
         headers["Retry-After"] = str(exc.retry_after)
         log.warning("shard unavailable", extra={"shard": exc.shard, "path": where})
-    elif isinstance(exc, Overloaded):
+    elif isinstance(exc, (Overloaded, SlotMoving)):
         headers["Retry-After"] = str(exc.retry_after)
     elif isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"

@@ -100,6 +100,8 @@ class ZkSlotMap:
     def watch(self, listener: Callable[[SlotMap], None]) -> None:
         """Call ``listener`` with each newer map (from kazoo's thread)."""
 
+        delivered: list[int | None] = [None]
+
         def on_change(data: bytes | None, _stat: ZnodeStat | None) -> None:
             try:
                 seen = self._decode(data)
@@ -109,10 +111,14 @@ class ZkSlotMap:
                 )
                 return
             with self._lock:
-                newer = self._current is None or seen.epoch > self._current.epoch
+                newer = delivered[0] is None or seen.epoch > delivered[0]
                 if newer:
+                    delivered[0] = seen.epoch
+                if self._current is None or seen.epoch > self._current.epoch:
                     self._current = seen
             if newer:
+                # Newer than this listener last got: this process's own
+                # replace() may have remembered it already.
                 listener(seen)
 
         self._client.DataWatch(self.path, on_change)

@@ -16,8 +16,9 @@ import logging
 import psycopg
 
 from cluster.coordination.topology import ZkTopology
+from cluster.errors import Conflict, InvalidRequest
 from cluster.store.dsn import mask_dsn
-from cluster.store.layout import grow_layout
+from cluster.store.layout import LayoutError, grow_layout
 from cluster.store.migrate import migrate_shard
 from cluster.store.sql import QUERIES
 
@@ -55,4 +56,10 @@ def add_shard_blocking(topology: ZkTopology, dsn: str, timeout: float = 10.0) ->
 
 
 async def add_shard(topology: ZkTopology, dsn: str, timeout: float = 10.0) -> int:
-    return await asyncio.to_thread(add_shard_blocking, topology, dsn, timeout)
+    try:
+        return await asyncio.to_thread(add_shard_blocking, topology, dsn, timeout)
+    except LayoutError as exc:
+        raise Conflict(str(exc)) from exc
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InvalidRequest(f"cannot use {mask_dsn(dsn)} as a shard: {first}") from exc

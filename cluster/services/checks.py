@@ -47,5 +47,8 @@ class CreateChecks:
         size = len(json_bytes(payload))
         if size > limit:
             raise PayloadTooLarge(
-                f"payload is {size} bytes; the limit is {limit}", size=size, limit=limit, field="payload"
+                f"payload is {size} bytes; the limit is {limit}",
+                size=size,
+                limit=limit,
+                field="payload",
             )

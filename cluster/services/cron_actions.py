@@ -24,6 +24,7 @@ from cluster.model import (
 )
 from cluster.services.context import Services
 from cluster.services.crons import load_cron
+from cluster.services.routing import owner_and
 
 __all__ = ["MAX_BACKFILL", "backfill_cron", "pause_cron", "resume_cron"]
 
@@ -36,14 +37,16 @@ async def pause_cron(
     """No slot is run while paused: the occurrences not yet due are
     withdrawn, and slots that pass meanwhile are handled on resume by the
     misfire policy. Pausing again only changes the reason."""
-    cron, shard = await load_cron(ctx, owner, cron_job_id)
-    return await ctx.crons.pause(shard, PauseCronParams(cron.id, owner, reason)), shard
+    cron, _ = await load_cron(ctx, owner, cron_job_id)
+    params = PauseCronParams(cron.id, owner, reason)
+    return await owner_and(ctx, cron.id, lambda at: ctx.crons.pause(at, params))
 
 
 async def resume_cron(ctx: Services, owner: str, cron_job_id: str) -> tuple[CronRecord, int]:
     """Slots run again; those that passed while paused follow the misfire policy."""
-    cron, shard = await load_cron(ctx, owner, cron_job_id)
-    return await ctx.crons.resume(shard, ResumeCronParams(cron.id, owner)), shard
+    cron, _ = await load_cron(ctx, owner, cron_job_id)
+    params = ResumeCronParams(cron.id, owner)
+    return await owner_and(ctx, cron.id, lambda at: ctx.crons.resume(at, params))
 
 
 async def backfill_cron(

@@ -37,6 +37,7 @@ from cluster.model import (
 )
 from cluster.services.batches import write_by_shard
 from cluster.services.context import Services
+from cluster.services.routing import on_owner, owner_and
 
 __all__ = [
     "BatchOutcomes",
@@ -117,7 +118,7 @@ async def define_cron(
     created (False: the name is defined already with this definition)."""
     cron, shard = new_cron(ctx, owner, definition, ctx.clock.now())
     ctx.limits.admit_crons(owner)
-    saved, created = await ctx.crons.create(shard, cron)
+    (saved, created), shard = await owner_and(ctx, cron.id, lambda at: ctx.crons.create(at, cron))
     if created:
         ctx.limits.created_crons(owner, 1)
     return saved, shard, created
@@ -189,7 +190,7 @@ async def change_cron(
 ) -> tuple[CronRecord, int]:
     """Change a definition (``changes`` by :class:`CronDefinition` field);
     applies to occurrences not yet created. A change may end a cron."""
-    cron, shard = await load_cron(ctx, owner, cron_job_id)
+    cron, _ = await load_cron(ctx, owner, cron_job_id)
     definition = cron.definition._replace(**changes)
     start, end = definition.start_at, definition.end_at
     if start and end and start > end:
@@ -199,13 +200,14 @@ async def change_cron(
         # Same timing: keep the slot the materializer is at, so no slot is
         # skipped or repeated by an unrelated change.
         rebuilt = dataclasses.replace(rebuilt, next_fire_at=cron.next_fire_at)
-    return await ctx.crons.update(shard, rebuilt), shard
+    return await owner_and(ctx, cron.id, lambda at: ctx.crons.update(at, rebuilt))
 
 
 async def delete_cron(ctx: Services, owner: str, cron_job_id: str) -> None:
     """Delete the definition; occurrences not yet started are cancelled."""
-    cron_id, shard = parse_cron_id(ctx, cron_job_id)
-    await ctx.crons.delete(shard, DeleteCronParams(cron_id, owner))
+    cron_id, _ = parse_cron_id(ctx, cron_job_id)
+    params = DeleteCronParams(cron_id, owner)
+    await on_owner(ctx, cron_id, lambda at: ctx.crons.delete(at, params))
 
 
 async def trigger_cron(ctx: Services, owner: str, cron_job_id: str) -> Occurrence:

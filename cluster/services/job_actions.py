@@ -31,6 +31,7 @@ from cluster.model import (
 from cluster.services.context import Services
 from cluster.services.job_document import LABEL_KEY, MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS
 from cluster.services.jobs import job_id_text, locate
+from cluster.services.routing import owner_and
 
 __all__ = [
     "BulkResult",
@@ -117,23 +118,23 @@ async def search_jobs(ctx: Services, params: JobSearchParams) -> JobPage:
 async def retry_job(ctx: Services, owner: str, job_id: str) -> tuple[JobRecord, int]:
     """A FAILED or CANCELLED job runs again: same id and scheduled time, a
     new series of attempts numbered on from the last (409 otherwise)."""
-    jid, shard = locate(ctx, job_id)
-    return await ctx.store.retry_job(shard, RetryJobParams(jid, owner, by=owner)), shard
+    jid, _ = locate(ctx, job_id)
+    params = RetryJobParams(jid, owner, by=owner)
+    return await owner_and(ctx, jid, lambda shard: ctx.store.retry_job(shard, params))
 
 
-async def pause_job(
-    ctx: Services, owner: str, job_id: str, reason: str
-) -> tuple[JobRecord, int]:
+async def pause_job(ctx: Services, owner: str, job_id: str, reason: str) -> tuple[JobRecord, int]:
     """Hold a SCHEDULED one-shot job until resumed (409 once started)."""
-    jid, shard = locate(ctx, job_id)
-    return await ctx.store.pause_job(shard, PauseJobParams(jid, owner, reason)), shard
+    jid, _ = locate(ctx, job_id)
+    params = PauseJobParams(jid, owner, reason)
+    return await owner_and(ctx, jid, lambda shard: ctx.store.pause_job(shard, params))
 
 
 async def resume_job(ctx: Services, owner: str, job_id: str) -> tuple[JobRecord, int]:
     """A paused job waits for its run time again, or starts at once."""
-    jid, shard = locate(ctx, job_id)
+    jid, _ = locate(ctx, job_id)
     params = ResumeJobParams(jid, owner, far_horizon_seconds=ctx.settings.far_horizon_seconds)
-    return await ctx.store.resume_job(shard, params), shard
+    return await owner_and(ctx, jid, lambda shard: ctx.store.resume_job(shard, params))
 
 
 @dataclass

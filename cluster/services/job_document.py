@@ -40,7 +40,9 @@ MAX_LABELS = 16
 MAX_LABEL_KEY = 63
 MAX_LABEL_VALUE = 255
 LABEL_KEY = r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$"
-LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=MAX_LABEL_KEY, pattern=LABEL_KEY)]
+LabelKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_LABEL_KEY, pattern=LABEL_KEY)
+]
 LabelValue = Annotated[str, StringConstraints(max_length=MAX_LABEL_VALUE)]
 # The JSON Schema pydantic writes for such a dict lists the pattern under
 # patternProperties, which lets any other key through: the document says

@@ -21,6 +21,7 @@ from cluster.errors import (
     InvalidRequest,
     NotFound,
     ShardUnavailable,
+    SlotMoving,
     VakitError,
 )
 from cluster.model import (
@@ -36,6 +37,7 @@ from cluster.services.batches import write_by_shard
 from cluster.services.context import Services
 from cluster.services.documents import target_dict
 from cluster.services.job_document import BatchJobIn, CreateJobIn, fingerprint
+from cluster.services.routing import on_owner, owner_and
 
 __all__ = [
     "cancel_job",
@@ -113,9 +115,7 @@ def prepare(
     )
 
 
-async def create_job(
-    ctx: Services, owner: str, body: CreateJobIn, key: str | None
-) -> CreateResult:
+async def create_job(ctx: Services, owner: str, body: CreateJobIn, key: str | None) -> CreateResult:
     """Schedule a one-shot job. A repeat with the same Idempotency-Key
     ``key`` returns the first job (``created`` False) and creates nothing."""
     if key is not None and not 1 <= len(key) <= 200:
@@ -146,7 +146,7 @@ async def _create_keyed(
         )
     ctx.keys_in_flight.add(in_flight)
     try:
-        return await ctx.store.create_job(ctx.shards.shard_of(params.id), params)
+        return await on_owner(ctx, params.id, lambda shard: ctx.store.create_job(shard, params))
     finally:
         ctx.keys_in_flight.discard(in_flight)
 
@@ -158,13 +158,18 @@ async def _create_anywhere(ctx: Services, params: CreateJobParams) -> CreateResu
     Only when nothing reached that shard: a create whose link failed after it
     was sent may have committed (the store has tried it again there, by its
     id), and making it on another shard would make it twice. The 503 then
-    names the job, which a GET finds if it was made."""
+    names the job, which a GET finds if it was made.
+
+    A :class:`~cluster.errors.SlotMoving` (the slot is moving) is refused
+    inside the shard's transaction, so nothing was written: the job takes
+    another slot, routed by the newest map."""
     tried: set[int] = set()
     last: ShardUnavailable | None = None
-    shards = ctx.shards
-    serving = shards.serving()
+    serving = ctx.shards.serving()
+    moving = 0
     while len(tried) < len(serving):
-        if tried:
+        shards = ctx.shards
+        if tried and shards.shard_of(params.id) in tried:
             # Another serving shard, by a slot it holds (a shard may hold none).
             shard = next(s for s in serving if s not in tried)
             params = params._replace(id=shardmap.new_uuid(random.choice(shards.slots_of(shard))))
@@ -172,6 +177,16 @@ async def _create_anywhere(ctx: Services, params: CreateJobParams) -> CreateResu
         tried.add(shard)
         try:
             return await ctx.store.create_job(shard, params)
+        except SlotMoving:
+            # Refused inside the shard's transaction: nothing was written.
+            # A keyless job may take any slot: draw one that is not moving
+            # (this one's shard may still serve others).
+            tried.discard(shard)
+            params = params._replace(id=shardmap.new_uuid())
+            moving += 1
+            if moving > 8:
+                raise
+            continue
         except ShardUnavailable as exc:
             if exc.maybe_written:
                 raise ShardUnavailable(
@@ -238,11 +253,13 @@ async def reschedule_job(
     ctx: Services, owner: str, job_id: str, run_at: datetime
 ) -> tuple[JobRecord, int]:
     """Move ``run_at``; only while the job is SCHEDULED (else 409)."""
-    jid, shard = locate(ctx, job_id)
-    return await ctx.store.reschedule_job(shard, RescheduleParams(jid, owner, run_at)), shard
+    jid, _ = locate(ctx, job_id)
+    params = RescheduleParams(jid, owner, run_at)
+    return await owner_and(ctx, jid, lambda shard: ctx.store.reschedule_job(shard, params))
 
 
 async def cancel_job(ctx: Services, owner: str, job_id: str) -> tuple[JobRecord, int]:
     """Cancel a job that has not started (409 once it has)."""
-    jid, shard = locate(ctx, job_id)
-    return await ctx.store.cancel_job(shard, CancelParams(jid, owner)), shard
+    jid, _ = locate(ctx, job_id)
+    params = CancelParams(jid, owner)
+    return await owner_and(ctx, jid, lambda shard: ctx.store.cancel_job(shard, params))

@@ -27,7 +27,14 @@ import psycopg
 from cluster.store.dsn import mask_dsn
 from cluster.store.sql import QUERIES
 
-__all__ = ["LayoutError", "ShardPlace", "check_layout", "fingerprint_of", "grow_layout", "read_layout"]
+__all__ = [
+    "LayoutError",
+    "ShardPlace",
+    "check_layout",
+    "fingerprint_of",
+    "grow_layout",
+    "read_layout",
+]
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +71,9 @@ def _read_one(position: int, dsn: str, timeout: float) -> ShardPlace:
             version_row = conn.execute(QUERIES["schema_version"], {}).fetchone()
             version = int(version_row[0]) if version_row else 0
             if conn.execute("SELECT to_regclass('cluster_layout')").fetchone() == (None,):
-                return ShardPlace(position, dsn, reachable=True, migrated=False, schema_version=version)
+                return ShardPlace(
+                    position, dsn, reachable=True, migrated=False, schema_version=version
+                )
             row = conn.execute(QUERIES["layout_read"]).fetchone()
     except psycopg.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -87,13 +96,22 @@ def _claim(dsns: Sequence[str], timeout: float) -> None:
     fp = fingerprint_of(uuids)
     for i, dsn in enumerate(dsns):
         try:
-            with psycopg.connect(dsn, connect_timeout=max(1, int(timeout)), autocommit=True) as conn:
+            with psycopg.connect(
+                dsn, connect_timeout=max(1, int(timeout)), autocommit=True
+            ) as conn:
                 won = conn.execute(
                     QUERIES["layout_claim"],
-                    {"shard_uuid": uuids[i], "shard_index": i, "shard_count": len(dsns), "fingerprint": fp},
+                    {
+                        "shard_uuid": uuids[i],
+                        "shard_index": i,
+                        "shard_count": len(dsns),
+                        "fingerprint": fp,
+                    },
                 ).fetchone()
         except psycopg.Error as exc:  # read-only, gone meanwhile: the next start registers
-            log.warning("could not register the shard layout", extra={"shard": i, "error": str(exc)})
+            log.warning(
+                "could not register the shard layout", extra={"shard": i, "error": str(exc)}
+            )
             return
         if won is None and i == 0:
             # Processes started together all find a fresh cluster: the one
@@ -125,7 +143,9 @@ def layout_problems(places: Sequence[ShardPlace]) -> list[str]:
                 f"{p.position} of {n}"
             )
     if len(fingerprints) > 1:
-        problems.append(f"the shards belong to different layouts ({', '.join(sorted(fingerprints))})")
+        problems.append(
+            f"the shards belong to different layouts ({', '.join(sorted(fingerprints))})"
+        )
     if not problems and all(p.shard_uuid for p in places):
         expected = fingerprint_of([p.shard_uuid or "" for p in places])
         if fingerprints != {expected}:
@@ -192,10 +212,14 @@ def grow_layout(dsns: Sequence[str], new_dsn: str, timeout: float = 5.0) -> str:
     the new shard gets its place, and every shard the new count and
     fingerprint. Idempotent (a rerun after a crash finishes it); returns the
     new fingerprint. Every shard must answer."""
+    if all(p.fingerprint is None for p in read_layout(dsns, timeout)):
+        check_layout(dsns, timeout)  # a cluster no process has started on yet: register it first
     places = read_layout([*dsns, new_dsn], timeout)
     down = [p.position for p in places if not p.reachable]
     if down:
-        raise LayoutError(f"shard(s) {', '.join(map(str, down))} unreachable: a shard is added with all of them up")
+        raise LayoutError(
+            f"shard(s) {', '.join(map(str, down))} unreachable: a shard is added with all of them up"
+        )
     new = places[-1]
     uuids = [p.shard_uuid for p in places[:-1]]
     if any(u is None for u in uuids):
@@ -208,7 +232,12 @@ def grow_layout(dsns: Sequence[str], new_dsn: str, timeout: float = 5.0) -> str:
     with psycopg.connect(new_dsn, connect_timeout=max(1, int(timeout)), autocommit=True) as conn:
         conn.execute(
             QUERIES["layout_claim"],
-            {"shard_uuid": new_uuid, "shard_index": len(dsns), "shard_count": count, "fingerprint": fp},
+            {
+                "shard_uuid": new_uuid,
+                "shard_index": len(dsns),
+                "shard_count": count,
+                "fingerprint": fp,
+            },
         )
     for dsn in [*dsns, new_dsn]:
         with psycopg.connect(dsn, connect_timeout=max(1, int(timeout)), autocommit=True) as conn:

@@ -42,7 +42,7 @@ from psycopg.rows import AsyncRowFactory, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from cluster import metrics, tracing
-from cluster.errors import Conflict, ShardUnavailable, StoreError, VakitError
+from cluster.errors import Conflict, ShardUnavailable, SlotMoving, StoreError, VakitError
 from cluster.store.migrate import LATEST_VERSION
 from cluster.store.sql import QUERIES
 from cluster.store.watched import WatchedConnection
@@ -67,6 +67,10 @@ _UNAVAILABLE = (psycopg.OperationalError, PoolTimeout, psycopg.errors.ReadOnlySq
 # resources, operator intervention (shutdown, cancel, cannot connect now).
 _UNAVAILABLE_CLASSES = ("08", "53", "57")
 
+# Raised by vakit_slot_refused (migration 21), the slot in its DETAIL: a
+# write the API asked for met the slot fence.
+SLOT_REFUSED = "VKS01"
+
 
 def _unavailable(exc: BaseException) -> bool:
     if isinstance(exc, _UNAVAILABLE):
@@ -79,14 +83,17 @@ def translated(exc: BaseException, shard: int) -> BaseException:
     """The project's own error for ``exc`` (its cause set), or ``exc`` itself
     when it is not psycopg's (every psycopg error gets one of ours).
 
-    Unavailable → :class:`ShardUnavailable`; a unique violation →
+    Unavailable → :class:`ShardUnavailable`; the slot fence →
+    :class:`SlotMoving`; a unique violation →
     :class:`Conflict` with ``constraint``; any other psycopg error →
     :class:`StoreError` with ``sqlstate``. Our own errors pass untouched, so
     nesting (a method over :meth:`PgStore.connection`) translates once."""
     if not isinstance(exc, psycopg.Error) or isinstance(exc, VakitError):
         return exc
     out: VakitError
-    if isinstance(exc, psycopg.errors.UniqueViolation):
+    if exc.sqlstate == SLOT_REFUSED:
+        out = SlotMoving(shard, int(exc.diag.message_detail or -1))
+    elif isinstance(exc, psycopg.errors.UniqueViolation):
         constraint = exc.diag.constraint_name
         out = Conflict(
             f"unique constraint {constraint} refused the write",

@@ -20,11 +20,11 @@ from typing import Any
 
 import shardmap
 from cluster import metrics
-from cluster.errors import ShardUnavailable
+from cluster.errors import ShardUnavailable, SlotMoving
 from cluster.model import FinishParams, JobResult, Outcome
 from cluster.store.contracts.claims import JobClaims
 from cluster.targets import FireResult
-from cluster.worker.inflight import InFlight, log_fields
+from cluster.worker.inflight import InFlight, log_fields, refused_for_move
 
 __all__ = ["Completer", "Fired"]
 
@@ -58,6 +58,7 @@ class Completer:
         on_written: Callable[[], None],
         owners: frozenset[str] = frozenset(),
         settle: Callable[[InFlight, FireResult, float, float], JobResult] | None = None,
+        on_refused: Callable[[JobResult, InFlight | None], None] | None = None,
     ) -> None:
         self.shard = shard
         # The owners the dead-letter metric names (the configured tenants);
@@ -71,6 +72,10 @@ class Completer:
         self._give_up = give_up
         self._on_written = on_written
         self._settle = settle
+        # An outcome the shard refused because the job's slot is moving off
+        # it (issue 42): handed back to the worker, which writes it where the
+        # slot went once the map says so.
+        self._on_refused = on_refused
         # JobResult, Fired or _DRAINED. A deque and an event rather than an
         # asyncio.Queue: every firing puts one, and the queue's put and get
         # cost 0.37 us against 0.05 (its bookkeeping serves join(), unused).
@@ -129,9 +134,15 @@ class Completer:
             return 0
         shard = self.shard
         delay = 0.5
+        refused: frozenset[uuid.UUID] = frozenset()
         while True:
             try:
                 written = await self.store.finish_jobs(shard, FinishParams(tuple(batch)))
+                break
+            except SlotMoving as exc:
+                # The others of the batch are written; the refused ones
+                # belong to the slot's new owner, not written here.
+                written, refused = refused_for_move(exc, "completion", shard)
                 break
             except ShardUnavailable as exc:
                 if self._give_up():
@@ -144,10 +155,15 @@ class Completer:
                 log.warning("completion failed, retrying: %s", exc, extra={"shard": shard})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
-        self._account(batch, written)
+        self._account(batch, written, refused)
         return len(written)
 
-    def _account(self, batch: list[JobResult], written: set[uuid.UUID]) -> None:
+    def _account(
+        self,
+        batch: list[JobResult],
+        written: set[uuid.UUID],
+        refused: frozenset[uuid.UUID] = frozenset(),
+    ) -> None:
         shard = self.shard
         succeeded: dict[str, int] = {}
         for res in batch:
@@ -166,7 +182,12 @@ class Completer:
                     "attempt": res.lease.attempt,
                 }
             )
-            if res.lease.id not in written:
+            if res.lease.id in refused:
+                if self._on_refused is not None:
+                    self._on_refused(res, entry)
+                else:
+                    log.warning("completion refused: the job's slot is moving", extra=extra)
+            elif res.lease.id not in written:
                 metrics.FENCED.labels(str(shard), "complete").inc()
                 log.warning("completion fenced: the job was no longer ours", extra=extra)
             elif res.outcome is Outcome.RETRY:

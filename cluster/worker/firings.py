@@ -100,6 +100,8 @@ class FiringMetrics:
         if child is None:
             if len(self._target_children) > 10_000:
                 self._target_children.clear()  # bounded, whatever the URLs
-            child = metrics.TARGET_FIRES.labels(metrics.target_label(target_key(job.target)), outcome)
+            child = metrics.TARGET_FIRES.labels(
+                metrics.target_label(target_key(job.target)), outcome
+            )
             self._target_children[(where, outcome)] = child
         return call, child

@@ -19,10 +19,10 @@ from datetime import timedelta
 
 from cluster import metrics
 from cluster.clock import Clock
-from cluster.errors import VakitError
+from cluster.errors import SlotMoving, VakitError
 from cluster.model import HeartbeatParams
 from cluster.store.contracts.claims import JobClaims
-from cluster.worker.inflight import InFlight, log_fields
+from cluster.worker.inflight import InFlight, log_fields, refused_for_move
 
 __all__ = ["Heartbeat"]
 
@@ -64,19 +64,27 @@ class Heartbeat:
         ]
         if not due:
             return 0
-        kept = await self.store.heartbeat(
-            shard,
-            HeartbeatParams(
-                leases=tuple(e.job.lease for e in due),
-                lease_seconds=self._lease,
-                grace_seconds=self._grace,
-            ),
-        )
+        refused: frozenset[uuid.UUID] = frozenset()
+        try:
+            kept = await self.store.heartbeat(
+                shard,
+                HeartbeatParams(
+                    leases=tuple(e.job.lease for e in due),
+                    lease_seconds=self._lease,
+                    grace_seconds=self._grace,
+                ),
+            )
+        except SlotMoving as exc:
+            # Leases of a slot moving off this shard were not extended here:
+            # the jobs run on, and are not dropped.
+            kept, refused = refused_for_move(exc, "heartbeat", shard)
         lost = 0
         extended = now + timedelta(seconds=self._lease + self._grace)
         for entry in due:
             if entry.job.id in kept:
                 entry.lease_until = max(entry.lease_until, extended)
+            elif entry.job.id in refused:
+                continue
             elif inflight.get(entry.job.id) is entry:
                 lost += 1
                 self._drop(entry, inflight)

@@ -8,14 +8,18 @@ completer, which all live in their own modules.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from cluster.errors import SlotMoving
 from cluster.model import ClaimedJob
 
-__all__ = ["InFlight", "log_fields"]
+__all__ = ["InFlight", "log_fields", "refused_for_move"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -45,3 +49,18 @@ class InFlight:
 def log_fields(entry: InFlight) -> dict[str, Any]:
     """The structured log fields of a job's log lines."""
     return {"job_id": entry.job_id, "shard": entry.shard, "attempt": entry.job.attempt}
+
+
+def refused_for_move(
+    exc: SlotMoving, write: str, shard: int
+) -> tuple[set[uuid.UUID], frozenset[uuid.UUID]]:
+    """The ids a batch ``write`` (heartbeat, completion) wrote and those the
+    shard refused because their slot is moving off it (issue 42), logged.
+    A refused job is not lost: its row moves with its attempt and lease."""
+    log.warning(
+        "%s refused for %d jobs: slot moving off this shard",
+        write,
+        len(exc.refused),
+        extra={"shard": shard, "slot": exc.slot},
+    )
+    return set(exc.written), exc.refused

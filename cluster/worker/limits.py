@@ -87,10 +87,14 @@ class TargetLimiter:
         self.limits = bool(limits)  # False: the worker skips the limiter entirely
         # Limits are set at start-up: each key's semaphore, bucket and gauge
         # child are made once, not per firing.
-        self._sems = {k: asyncio.Semaphore(v.concurrency) for k, v in limits.items() if v.concurrency}
+        self._sems = {
+            k: asyncio.Semaphore(v.concurrency) for k, v in limits.items() if v.concurrency
+        }
         now = monotonic()
         self._buckets = {
-            k: TokenBucket(v.rate, burst=max(1.0, v.rate), stamp=now) for k, v in limits.items() if v.rate
+            k: TokenBucket(v.rate, burst=max(1.0, v.rate), stamp=now)
+            for k, v in limits.items()
+            if v.rate
         }
         self._waiting = {k: metrics.TARGET_WAITING.labels(k) for k in limits}
 

@@ -89,7 +89,12 @@ class PreloadPlan:
 
 
 def plan_preload(
-    forecast: Sequence[DueSecond], *, workers: int, threshold: int, room: int, most: int = ROUND_JOBS
+    forecast: Sequence[DueSecond],
+    *,
+    workers: int,
+    threshold: int,
+    room: int,
+    most: int = ROUND_JOBS,
 ) -> PreloadPlan | None:
     """What to preload from ``forecast`` (jobs due per upcoming second on one
     shard): None without a wave. A wave is a second whose per-worker share

@@ -42,7 +42,6 @@ def _job_log_fields(entry: InFlight) -> dict[str, Any]:
     return {**log_fields(entry), "owner": entry.job.owner}
 
 
-
 class JobRunner:
     """Fires the jobs a worker holds, one task each. ``completers`` (by
     shard) is set by the worker once its shards' completers exist."""
@@ -97,7 +96,9 @@ class JobRunner:
                 completer.put_fired(fired)
         except Exception:  # never let one job's bug leave it in flight forever
             log.exception("job task failed", extra=log_fields(entry))
-            completer.put_fired((entry, FireResult.retry("worker error"), self.clock.timestamp(), 0.0))
+            completer.put_fired(
+                (entry, FireResult.retry("worker error"), self.clock.timestamp(), 0.0)
+            )
         finally:
             # The task's context holds the entry, and the entry its task: a
             # cycle per job that only a full collection freed (500,000
@@ -105,7 +106,9 @@ class JobRunner:
             # job's objects go by reference counting.
             logs.unbind_subject()
 
-    async def _fire(self, entry: InFlight, started: float | None = None, lateness: float = 0.0) -> Fired | None:
+    async def _fire(
+        self, entry: InFlight, started: float | None = None, lateness: float = 0.0
+    ) -> Fired | None:
         """Fire ``entry``'s job. ``started`` (POSIX seconds) and ``lateness``:
         the clock as the caller has just read it; read here when not given.
 
@@ -172,7 +175,9 @@ class JobRunner:
             span.set_attribute("vakit.result", "ok" if result.ok else (result.error or "error"))
             return result
 
-    def result_for(self, entry: InFlight, result: FireResult, started: float, lateness: float) -> JobResult:
+    def result_for(
+        self, entry: InFlight, result: FireResult, started: float, lateness: float
+    ) -> JobResult:
         """A firing's outcome as the completer writes it (``started``: POSIX seconds)."""
         job = entry.job
         if result.ok:
@@ -192,5 +197,11 @@ class JobRunner:
             outcome, delay = Outcome.FAILED, 0.0
         # Positional: a named tuple made with keywords costs half as much again.
         return JobResult(
-            job.lease, outcome, self.worker_id, datetime.fromtimestamp(started, UTC), lateness, result.error, delay
+            job.lease,
+            outcome,
+            self.worker_id,
+            datetime.fromtimestamp(started, UTC),
+            lateness,
+            result.error,
+            delay,
         )

@@ -224,7 +224,9 @@ class TimingWheel:
                 gate.future.set_result(None)
             gate.entries = []  # through: no longer the wheel's to take back
             # After the tasks just let through have taken their step.
-            asyncio.get_running_loop().call_soon(self._open, tick, gates, index + 1, entries, prepared)
+            asyncio.get_running_loop().call_soon(
+                self._open, tick, gates, index + 1, entries, prepared
+            )
             return
         if self._gates.get(tick) is gates:
             del self._gates[tick]

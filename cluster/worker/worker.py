@@ -17,6 +17,7 @@ Every loop has a ``run_once`` that tests call directly.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -34,6 +35,7 @@ from cluster.errors import ShardUnavailable
 from cluster.model import (
     ClaimedJob,
     ClaimParams,
+    JobResult,
     ReleaseParams,
     WorkerBeatParams,
 )
@@ -42,7 +44,7 @@ from cluster.targets import Target
 from cluster.worker.completer import Completer
 from cluster.worker.firings import FiringMetrics
 from cluster.worker.heartbeat import Heartbeat
-from cluster.worker.inflight import InFlight
+from cluster.worker.inflight import InFlight, log_fields
 from cluster.worker.limits import TargetLimiter, parse_limits
 from cluster.worker.preload import PRELOAD_BATCH, Preloader, budget_jobs, wave_threshold
 from cluster.worker.runner import JobRunner
@@ -56,6 +58,8 @@ __all__ = ["InFlight", "Worker", "default_worker_id"]
 # /metrics, its health checks, its completions) for about 5 s; in slices it
 # gets back to the loop every few tens of milliseconds.
 _SLICE = 5_000
+# Seconds before an outcome refused by a shard whose slot is moving is tried again.
+_MOVING_RETRY = 0.2
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +155,7 @@ class Worker:
             started=self.wheel.all_started,
             give_up=self._past_stop_deadline,
             settle=self.runner.result_for,
+            on_refused=functools.partial(self._refused, shard),
             on_written=self._capacity.set,
             owners=frozenset(self.settings.api_tokens.values()),
         )
@@ -356,9 +361,44 @@ class Worker:
         )
 
     def route_by(self, slots: SlotMap) -> None:
-        """The slot map to find a job's shard by now (a finish refused by a
-        shard that gave the job's slot away is written where it went)."""
-        self.slots = slots
+        """The slot map to find a job's shard by now: the jobs this worker
+        holds in slots that moved are held under their new shard, so their
+        heartbeats and outcomes are written where their rows went."""
+        before, self.slots = self.slots, slots
+        moved = {s for s in range(len(slots.owners)) if slots.owners[s] != before.owners[s]}
+        if not moved:
+            return
+        for shard, state in list(self._shards.items()):
+            for jid, entry in list(state.inflight.items()):
+                owner = slots.shard_of(jid)
+                if owner != shard and owner in self._shards:
+                    del state.inflight[jid]
+                    entry.shard = owner
+                    self._shards[owner].inflight[jid] = entry
+
+    def _refused(self, shard: int, result: JobResult, entry: InFlight | None) -> None:
+        """An outcome ``shard`` refused (the job's slot is moving off it):
+        written by the new owner once the map names it, tried again here
+        meanwhile (a cancelled move serves the slot here again). Given up
+        once the lease is over: the new owner's reaper runs the job again."""
+        jid = result.lease.id
+        if entry is not None and entry.lease_until < self.clock.now():
+            log.warning(
+                "completion given up: the slot moved and the lease ran out", extra=log_fields(entry)
+            )
+            return
+        owner = self.slots.shard_of(jid)
+        if owner not in self._shards:
+            owner = shard  # a shard this process has no pool for yet
+        if entry is not None:
+            entry.shard = owner
+            self._shards[owner].inflight[jid] = entry
+        if owner == shard:
+            asyncio.get_running_loop().call_later(
+                _MOVING_RETRY, self._shards[owner].completer.put, result
+            )
+        else:
+            self._shards[owner].completer.put(result)
 
     def add_shard(self, shard: int) -> None:
         """A shard added to the running cluster (resharding): its claim,

@@ -23,9 +23,10 @@ import httpx
 import pytest
 
 import shardmap
+from cluster.local.pgserver import PgServer
 from tests.helpers import wait_for
 from tests.load import Load
-from tests.pgfixtures import PgServer, drop_databases
+from tests.pgfixtures import drop_databases
 from tests.procs import TOKEN, FaultSink, ProcessHarness
 from tests.shards import rows
 
@@ -61,8 +62,7 @@ def test_a_mover_killed_mid_move_loses_and_doubles_nothing(
     procs: ProcessHarness, sink: FaultSink, zk_connect: str, new_dsn: str
 ) -> None:
     # Small batches, so that the kill lands between two of them or inside one.
-    settings = {"zk": zk_connect, "reshard_batch_slots": 64}
-    api = procs.api(**settings)
+    api = procs.api(zk=zk_connect, reshard_batch_slots=64)
     workers = [procs.worker(f"worker-{c}", zk=zk_connect) for c in "ab"]
     api.wait_ready()
     for w in workers:
@@ -83,7 +83,7 @@ def test_a_mover_killed_mid_move_loses_and_doubles_nothing(
             what="slots moved before the kill",
         )
         api.sigkill()
-        again = procs.api("api-2", start=False, **settings)
+        again = procs.api("api-2", start=False, zk=zk_connect, reshard_batch_slots=64)
         again.port = api.port
         again.start().wait_ready()
         wait_for(

@@ -19,6 +19,7 @@ import pytest
 import shardmap
 from cluster.coordination.topology import ZkTopology
 from cluster.errors import Conflict
+from cluster.local.pgserver import PgServer
 from cluster.model import ClaimParams, CreateJobParams
 from cluster.resharding.control import ReshardControl
 from cluster.resharding.ledger import MoveRecord
@@ -26,7 +27,7 @@ from cluster.resharding.mover import MoverSettings, SlotMover
 from cluster.store.postgres import PgStore
 from cluster.store.postgres.moves import PgSlotMoves
 from tests.helpers import eventually, job_params
-from tests.pgfixtures import PgServer, drop_databases
+from tests.pgfixtures import drop_databases
 from tests.shards import rows
 
 pytestmark = pytest.mark.integration
@@ -75,15 +76,17 @@ async def load(store: PgStore, n: int = 600) -> dict[str, Any]:
     for p in made:
         await store.create_job(shards.shard_of(p.id), p)
     running: dict[uuid.UUID, int] = {}
+    due = [
+        job_params("http://127.0.0.1:9/x", run_at=datetime.now(UTC) - timedelta(seconds=5))
+        for _ in range(80)
+    ]
+    for p in due:
+        await store.create_job(shards.shard_of(p.id), p)
+    made.extend(due)
     for shard in range(store.shard_count):
-        now_due = [
-            job_params("http://127.0.0.1:9/x", run_at=datetime.now(UTC) - timedelta(seconds=5))
-            for _ in range(40)
-        ]
-        for p in now_due:
-            await store.create_job(shards.shard_of(p.id), p)
         claimed = await store.claim_jobs(shard, ClaimParams("w1", 100, 300.0, 30.0))
         running.update({c.id: c.attempt for c in claimed})
+    assert len(running) == len(due)
     return {"ids": {p.id for p in made} | set(running), "running": running}
 
 
@@ -119,8 +122,9 @@ async def test_add_a_shard_and_rebalance_moves_every_row_once(
     status = await wait_done(control)
     assert status["move"]["state"] == "done"
     dsns = [*shard_dsns, new_dsn]
-    final = control.map
+    final = await asyncio.to_thread(control.topology.read_map)
     assert sorted(final.counts()) == [1365, 1365, 1366]
+    await eventually(lambda: control.map == final, timeout=10, what="the map's watch")
     where = placed(dsns)
     assert set(where) == loaded["ids"]  # nothing lost, nothing made up
     doubled = {j: s for j, s in where.items() if len(s) != 1}
@@ -152,15 +156,17 @@ async def test_drain_moves_every_slot_off_a_shard(
     await control.request("drain", 0)
     status = await wait_done(control)
     assert status["move"]["state"] == "done"
-    assert control.map.counts()[0] == 0 and status["shards"][0]["retired"]
+    assert status["shards"][0]["slots"] == 0 and status["shards"][0]["retired"]
     dsns = [*shard_dsns, new_dsn]
     where = placed(dsns)
     assert set(where) == loaded["ids"]
     assert all(len(s) == 1 and s[0] != 0 for s in where.values())
+    # This process routes by the newest map once its watch has fired.
+    await eventually(lambda: control.map.counts()[0] == 0, timeout=10, what="the map's watch")
     # A rebalance leaves the drained shard empty.
     await control.request("rebalance")
-    await wait_done(control)
-    assert control.map.counts()[0] == 0
+    status = await wait_done(control)
+    assert [s["slots"] for s in status["shards"]] == [0, 2048, 2048]
 
 
 class Killed(BaseException):

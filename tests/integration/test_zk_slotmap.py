@@ -111,3 +111,14 @@ def test_a_watcher_sees_each_newer_epoch(zk_connect: str, client: KazooClient) -
     finally:
         other.stop()
         other.close()
+
+
+def test_a_watcher_sees_the_maps_its_own_process_writes(client: KazooClient) -> None:
+    """The mover and the router of one process share a keeper: a map the mover
+    stored is still delivered to the router's watch."""
+    keeper = ZkSlotMap(client, "/vakit", shard_count=2)
+    seen: list[SlotMap] = []
+    keeper.watch(seen.append)
+    wait_for(lambda: seen, timeout=10, what="the first call")
+    grown = keeper.replace(0, SlotMap.modulo(2).with_shard())
+    wait_for(lambda: seen[-1] == grown, timeout=10, what="our own map delivered")

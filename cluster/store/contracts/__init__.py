@@ -6,6 +6,7 @@
 - :mod:`.insight`: the operator's reads (search, lateness, readiness).
 - :mod:`.cron_intake`: the API's cron definitions and actions.
 - :mod:`.cron_upkeep`: the materializer's and janitor's cron passes.
+- :mod:`.moves`: the slot mover's fence, barrier, copy and clean (issue 42).
 - :mod:`.readings`: the few shard readings more than one role takes.
 - :mod:`.sharded`: what every contract has (the shard count; open and close).
 - :mod:`.api`: the API's union of intake and insight.

@@ -40,11 +40,19 @@ class JobClaims(WorkersSeen, Protocol):
         ...
 
     async def heartbeat(self, shard: int, params: HeartbeatParams) -> set[uuid.UUID]:
-        """Extend leases; returns the ids still held (the others were lost)."""
+        """Extend leases; returns the ids still held (the others were lost).
+        Raises :class:`~cluster.errors.SlotMoving` when some were not
+        extended because their slot is fenced on ``shard`` (moving to
+        another shard): its ``written`` are the ids extended, ``refused``
+        the fenced ones, which are not lost."""
         ...
 
     async def finish_jobs(self, shard: int, params: FinishParams) -> set[uuid.UUID]:
-        """Record outcomes, each fenced by its attempt; returns the ids written."""
+        """Record outcomes, each fenced by its attempt; returns the ids written.
+        Raises :class:`~cluster.errors.SlotMoving` when some were not
+        written because their slot is fenced on ``shard``; the others are
+        written all the same (its ``written``), the fenced ones (its
+        ``refused``) belong to the slot's new owner."""
         ...
 
     async def release_jobs(self, shard: int, params: ReleaseParams) -> set[uuid.UUID]:

@@ -10,6 +10,8 @@ from typing import Any
 
 from psycopg.rows import scalar_row, tuple_row
 
+import shardmap
+from cluster.errors import SlotMoving
 from cluster.model import (
     ClaimedJob,
     ClaimParams,
@@ -63,6 +65,27 @@ def _claimed_row(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
     return make
 
 
+async def _refused_slots(
+    store: PgShards, shard: int, asked: Sequence[uuid.UUID], written: set[uuid.UUID]
+) -> None:
+    """Raise :class:`SlotMoving` when some of ``asked`` were not written
+    because their slot is fenced on ``shard`` (the statement skipped them,
+    and wrote the others). Only read when a write fell short, which a
+    fenced attempt does too: the fences are read after the write, so a
+    job lost by its attempt in a slot fenced since then is reported as
+    refused; the attempt fence holds on the new owner all the same."""
+    if len(written) >= len(asked):
+        return
+    rows = await store.fetch_as(shard, "fenced_slots", {}, tuple_row)
+    if not rows:
+        return
+    fenced = {slot for slot, _ in rows}
+    refused = frozenset(i for i in asked if i not in written and shardmap.slot_of(i) in fenced)
+    if refused:
+        slot = min(shardmap.slot_of(i) for i in refused)
+        raise SlotMoving(shard, slot, written=frozenset(written), refused=refused)
+
+
 class PgClaims(PgShards):
     """:class:`~cluster.store.contracts.claims.JobClaims` on PostgreSQL shards."""
 
@@ -108,7 +131,9 @@ class PgClaims(PgShards):
             },
             scalar_row,
         )
-        return set(rows)
+        held = set(rows)
+        await _refused_slots(self, shard, [lease.id for lease in params.leases], held)
+        return held
 
     @wrap_exceptions
     async def finish_jobs(self, shard: int, params: FinishParams) -> set[uuid.UUID]:
@@ -130,7 +155,9 @@ class PgClaims(PgShards):
             },
             scalar_row,
         )
-        return set(rows)
+        written = set(rows)
+        await _refused_slots(self, shard, [r.lease.id for r in results], written)
+        return written
 
     @wrap_exceptions
     async def release_jobs(self, shard: int, params: ReleaseParams) -> set[uuid.UUID]:

@@ -3,13 +3,19 @@
 The statements are cut as the store is, one file per role contract and
 table (``jobs_intake.sql``, ``jobs_claims.sql``, ``jobs_upkeep.sql``,
 ``jobs_insight.sql``, ``crons_intake.sql``, ``crons_upkeep.sql``,
-``shards.sql``), each of ``-- name: <name>`` blocks. :data:`QUERIES` maps
+``shards.sql``, ``moves.sql``), each of ``-- name: <name>`` blocks. :data:`QUERIES` maps
 every name of every file to its text, in one namespace, loaded once; a name
 defined twice, in one file or in two, is refused. A job's (and a cron's) column lists are
 written ``{job.given}``, ``{job.read:j}`` and the like: each is expanded
 once, here, into the literal list :mod:`cluster.model.columns` describes
 (with the table alias after the colon), so the planner sees plain SQL and a
-new field of a job needs no statement edited by hand. Migrations are
+new field of a job needs no statement edited by hand. The slot fence
+(migration 21) is written ``{fence:<id>}`` in a write's WHERE: the row
+is skipped when its slot is fenced on this shard (a claim, a pass of a
+leader loop); ``{fence_refuse:<id>}`` raises SQLSTATE VKS01 instead (a
+write the API asked for, which the store answers with
+:class:`~cluster.errors.SlotMoving`). Each expands here into a
+``NOT EXISTS`` on ``slot_fences`` (:func:`expand_fences`). Migrations are
 ``migrations/NNNN_name.sql``, applied in order by :mod:`cluster.store.migrate`.
 """
 
@@ -25,6 +31,7 @@ __all__ = [
     "QUERIES",
     "Migration",
     "expand_columns",
+    "expand_fences",
     "load_all_queries",
     "load_migrations",
     "load_queries",
@@ -46,6 +53,38 @@ def expand_columns(name: str, text: str) -> str:
         return lists[match[2]]
 
     return _COLUMNS.sub(expand, text)
+
+
+# {fence:<expression>} or {fence_refuse:<expression>}: the slot fence of a
+# write on the row whose id is the expression.
+_FENCE = re.compile(r"\{(fence|fence_refuse):([^{}]+)\}")
+
+
+def expand_fences(text: str) -> str:
+    """``text`` with every ``{fence:x}`` and ``{fence_refuse:x}`` replaced
+    by the test on ``slot_fences`` for the row whose id is ``x``. A fenced
+    row is skipped; with ``fence_refuse`` the statement fails with
+    SQLSTATE VKS01 (``vakit_slot_refused`` runs only for the fence row the
+    row's slot matched).
+
+    The test first asks whether the table has a row at all: a statement
+    reads that once (an InitPlan), and on a shard that moves no slot (the
+    table is empty, as it is but during a move) no row is tested further.
+    A plain anti-join probed the fence index once per row: claiming and
+    finishing 20,000 jobs on a lab shard cost 1 and 4 us more per job
+    (medians of 60 batches of 500), and this form nothing measurable."""
+
+    def expand(match: re.Match[str]) -> str:
+        row = f"vakit_slot({match[2].strip()})"
+        refuse = ""
+        if match[1] == "fence_refuse":
+            refuse = f" AND vakit_slot_refused(f.slot, f.state, {row})"
+        return (
+            "(NOT EXISTS (SELECT FROM slot_fences) OR NOT EXISTS "
+            f"(SELECT 1 FROM slot_fences f WHERE f.slot = {row}{refuse}))"
+        )
+
+    return _FENCE.sub(expand, text)
 
 
 def load_queries(text: str) -> dict[str, str]:
@@ -93,7 +132,7 @@ def load_all_queries() -> dict[str, str]:
         for name, text in load_queries(entry.read_text()).items():
             if name in queries:
                 raise ValueError(f"query {name!r} is defined twice ({entry.name})")
-            queries[name] = expand_columns(name, text)
+            queries[name] = expand_fences(expand_columns(name, text))
     return queries
 
 

@@ -12,7 +12,8 @@ SELECT owner_service AS owner, count(*) AS n
 
 -- name: insert_cron
 INSERT INTO cron_jobs ({cron.given})
-VALUES ({cron.given_params})
+SELECT {cron.given_params}
+ WHERE {fence_refuse:%(id)s::uuid}
 ON CONFLICT (owner_service, name) DO NOTHING
 RETURNING *;
 
@@ -35,6 +36,8 @@ ins AS (
     INSERT INTO cron_jobs ({cron.given})
     SELECT {cron.given_cast}
       FROM v
+     -- One cron of a fenced slot refuses the statement (SQLSTATE VKS01).
+     WHERE {fence_refuse:v.id}
     ON CONFLICT (owner_service, name) DO NOTHING
     RETURNING *
 )
@@ -68,20 +71,23 @@ SELECT c.*, cron_recent_success(c.id) AS recent_success_at,
 UPDATE cron_jobs
    SET {cron.set_params},
        updated_at = now()
- WHERE id = %(id)s AND owner_service = %(owner)s
+ WHERE id = %(id)s AND owner_service = %(owner)s AND {fence_refuse:%(id)s::uuid}
 RETURNING *;
 
 -- name: delete_cron
-DELETE FROM cron_jobs WHERE id = %(id)s AND owner_service = %(owner)s RETURNING id;
+DELETE FROM cron_jobs
+ WHERE id = %(id)s AND owner_service = %(owner)s AND {fence_refuse:%(id)s::uuid}
+RETURNING id;
 
 -- name: cancel_cron_occurrences
 -- Deleting a cron cancels its occurrences that have not started, near and
 -- far; running ones finish.
 WITH gone AS (
-    DELETE FROM jobs WHERE cron_id = %(id)s AND status = 'SCHEDULED' RETURNING *
+    DELETE FROM jobs WHERE cron_id = %(id)s AND status = 'SCHEDULED'
+       AND {fence_refuse:%(id)s::uuid} RETURNING *
 ),
 gone_far AS (
-    DELETE FROM jobs_far WHERE cron_id = %(id)s RETURNING *
+    DELETE FROM jobs_far WHERE cron_id = %(id)s AND {fence_refuse:%(id)s::uuid} RETURNING *
 ),
 g AS (
     SELECT * FROM gone UNION ALL SELECT * FROM gone_far
@@ -103,6 +109,7 @@ WITH v AS (
 occ AS (
     INSERT INTO cron_occurrences (cron_id, scheduled_for, job_id)
     SELECT %(cron_id)s, scheduled_for, job_id FROM v
+     WHERE {fence_refuse:%(cron_id)s::uuid}
     ON CONFLICT DO NOTHING
     RETURNING job_id
 )
@@ -141,7 +148,7 @@ SELECT r.id, r.scheduled_for, r.run_at, r.status, r.attempt, r.last_error, r.fin
 UPDATE cron_jobs
    SET paused_at = coalesce(paused_at, coalesce(%(now)s, now())), pause_reason = %(reason)s,
        updated_at = now()
- WHERE id = %(id)s AND owner_service = %(owner)s
+ WHERE id = %(id)s AND owner_service = %(owner)s AND {fence_refuse:%(id)s::uuid}
 RETURNING *;
 
 -- name: withdraw_cron_occurrences
@@ -153,11 +160,13 @@ RETURNING *;
 WITH near AS (
     DELETE FROM jobs
      WHERE cron_id = %(id)s AND status = 'SCHEDULED' AND scheduled_for >= coalesce(%(now)s, now())
+       AND {fence_refuse:%(id)s::uuid}
     RETURNING id, scheduled_for
 ),
 far AS (
     DELETE FROM jobs_far
      WHERE cron_id = %(id)s AND scheduled_for >= coalesce(%(now)s, now())
+       AND {fence_refuse:%(id)s::uuid}
     RETURNING id, scheduled_for
 ),
 gone AS (
@@ -178,7 +187,7 @@ SELECT count(*) AS withdrawn FROM gone;
 
 -- name: resume_cron
 UPDATE cron_jobs SET paused_at = NULL, pause_reason = NULL, updated_at = now()
- WHERE id = %(id)s AND owner_service = %(owner)s
+ WHERE id = %(id)s AND owner_service = %(owner)s AND {fence_refuse:%(id)s::uuid}
 RETURNING *;
 
 -- name: backfill_existing
@@ -209,6 +218,7 @@ occ AS (
     INSERT INTO cron_occurrences (cron_id, scheduled_for, job_id)
     SELECT %(cron_id)s, scheduled_for, job_id FROM v
      WHERE EXISTS (SELECT 1 FROM cron_jobs WHERE id = %(cron_id)s AND owner_service = %(owner)s)
+       AND {fence_refuse:%(cron_id)s::uuid}
     ON CONFLICT DO NOTHING
     RETURNING job_id
 )

@@ -15,7 +15,7 @@
 -- (test_plans).
 DELETE FROM cron_occurrences
  WHERE ctid IN (SELECT o.ctid FROM cron_occurrences o
-                 WHERE o.created_at < %(before)s
+                 WHERE o.created_at < %(before)s AND {fence:o.cron_id}
                    AND greatest(o.created_at, o.scheduled_for) < %(before)s
                    AND (SELECT 1 FROM jobs WHERE id = o.job_id) IS NULL
                    AND (SELECT 1 FROM jobs_far WHERE id = o.job_id) IS NULL
@@ -106,6 +106,10 @@ locked AS (
                AND c.paused_at IS NULL
            FOR UPDATE SKIP LOCKED
     ) l
+     -- A fenced slot's cron is not materialized here: it loses this round,
+     -- as a cron another materializer holds does. Outside the locking
+     -- subquery, which stays a lookup by primary key (test_plans).
+     WHERE {fence:v.id}
 ),
 moved AS (
     -- The rows are ours since `locked`: nothing can move them in between.
@@ -255,7 +259,7 @@ stamped AS (
                               THEN s.result ELSE c.last_result END,
            last_result_at = greatest(c.last_result_at, s.result_at)
       FROM s
-     WHERE c.id = s.cron_id
+     WHERE c.id = s.cron_id AND {fence:c.id}
        AND (c.last_success_at < s.at OR (c.last_success_at IS NULL AND s.at IS NOT NULL)
             OR c.last_result_at IS NULL OR c.last_result_at < s.result_at)
     RETURNING c.id

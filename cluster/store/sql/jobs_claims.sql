@@ -16,6 +16,15 @@
 -- statistics taken while most rows were SCHEDULED it scanned every running
 -- row for every outcome of a batch: 98 % of a wave's database time. This
 -- form leaves it the primary key. tests/integration/test_plans.py checks it.
+--
+-- The slot fence (migration 21): every write on a job or cron row says
+-- `{fence:<id>}` (the row is skipped when its slot is fenced on this shard:
+-- claims, completions, the leader's passes) or `{fence_refuse:<id>}` (the
+-- statement fails with SQLSTATE VKS01, which the store raises as
+-- SlotMoving: the writes the API asks for). cluster/store/sql/__init__.py
+-- expands both into a NOT EXISTS on slot_fences, behind a test that the
+-- table has a row at all (once a statement): nothing more to pay on a shard
+-- that moves no slot.
 
 -- name: claim_jobs
 -- One short transaction: lock due rows others have not locked, mark them
@@ -32,9 +41,11 @@ WITH due AS (
        AND run_at < coalesce(%(until)s,
                              coalesce(%(now)s, now()) + make_interval(secs => %(prefetch)s)
                              + interval '1 microsecond')
+       -- A slot fenced on this shard is not served: its rows are not seen.
+       AND {fence:jobs.id}
      ORDER BY run_at
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF jobs SKIP LOCKED
 )
 UPDATE jobs j
    SET status = 'RUNNING',
@@ -76,6 +87,7 @@ UPDATE jobs j
                               coalesce(%(now)s, now()) + make_interval(secs => %(lease)s + %(grace)s))
   FROM unnest(%(ids)b::uuid[], %(attempts)b::int[]) AS v(id, attempt)
  WHERE j.id = v.id AND j.status <> 'SCHEDULED' AND j.attempt = v.attempt
+   AND {fence:j.id}
 RETURNING j.id;
 
 -- name: finish_jobs
@@ -94,7 +106,7 @@ WITH v AS (
 moved AS (
     DELETE FROM jobs j USING v
      WHERE j.id = v.id AND j.status <> 'SCHEDULED' AND j.attempt = v.attempt
-       AND v.outcome IN ('SUCCEEDED', 'FAILED', 'SKIPPED')
+       AND v.outcome IN ('SUCCEEDED', 'FAILED', 'SKIPPED') AND {fence:j.id}
     RETURNING j.*, v.outcome, v.error AS new_error
 ),
 retried AS (
@@ -104,7 +116,7 @@ retried AS (
            locked_by = NULL, lease_until = NULL, claimed_at = NULL, last_error = v.error
       FROM v
      WHERE j.id = v.id AND j.status <> 'SCHEDULED' AND j.attempt = v.attempt
-       AND v.outcome = 'RETRY'
+       AND v.outcome = 'RETRY' AND {fence:j.id}
     RETURNING j.id, j.attempt
 ),
 hist AS (
@@ -143,6 +155,7 @@ released AS (
            max_attempts = least(j.max_attempts + CASE WHEN v.refund THEN 1 ELSE 0 END, 100)
       FROM v
      WHERE j.id = v.id AND j.status <> 'SCHEDULED' AND j.attempt = v.attempt
+       AND {fence:j.id}
     RETURNING j.id, j.attempt, v.refund, %(worker)s::text AS worker
 ),
 log AS (
@@ -171,7 +184,7 @@ SELECT worker_id, last_seen FROM worker_beats
 WITH gone AS (
     DELETE FROM jobs
      WHERE cron_id = %(cron_id)s AND concurrency = 'REPLACE' AND status <> 'SCHEDULED'
-       AND id <> %(keep)s
+       AND id <> %(keep)s AND {fence:jobs.id}
     RETURNING *
 )
 INSERT INTO job_history ({job.given}, status, attempt, last_error, created_at, finished_at)

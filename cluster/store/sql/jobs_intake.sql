@@ -5,7 +5,8 @@
 -- name: insert_job_key
 -- The idempotency ledger row; nothing returned means the key exists already.
 INSERT INTO job_keys (owner_service, idempotency_key, job_id, fingerprint)
-VALUES (%(owner)s, %(key)s, %(id)s, %(fingerprint)s)
+SELECT %(owner)s, %(key)s, %(id)s, %(fingerprint)s
+ WHERE {fence_refuse:%(id)s::uuid}
 ON CONFLICT DO NOTHING
 RETURNING job_id;
 
@@ -14,12 +15,15 @@ SELECT job_id, fingerprint FROM job_keys
  WHERE owner_service = %(owner)s AND idempotency_key = %(key)s;
 
 -- name: insert_job
+-- A single create; refused (SQLSTATE VKS01) when its slot is fenced here.
 INSERT INTO jobs ({job.given})
-VALUES ({job.given_params});
+SELECT {job.given_params_cast}
+ WHERE {fence_refuse:%(id)s::uuid};
 
 -- name: insert_far_job
 INSERT INTO jobs_far ({job.given})
-VALUES ({job.given_params});
+SELECT {job.given_params_cast}
+ WHERE {fence_refuse:%(id)s::uuid};
 
 -- name: insert_job_placed
 -- A single create placed on this database's clock (DESIGN.md: now() is the
@@ -30,11 +34,13 @@ WITH near AS (
     INSERT INTO jobs ({job.given})
     SELECT {job.given_params_cast}
      WHERE %(run_at)s::timestamptz <= now() + make_interval(secs => %(far_horizon)s::float8)
+       AND {fence_refuse:%(id)s::uuid}
     RETURNING 1
 )
 INSERT INTO jobs_far ({job.given})
 SELECT {job.given_params_cast}
- WHERE %(run_at)s::timestamptz > now() + make_interval(secs => %(far_horizon)s::float8);
+ WHERE %(run_at)s::timestamptz > now() + make_interval(secs => %(far_horizon)s::float8)
+   AND {fence_refuse:%(id)s::uuid};
 
 -- name: insert_job_again
 -- A create once more, after its first try's link failed with the statement
@@ -54,12 +60,14 @@ WITH place AS (
     INSERT INTO jobs ({job.given})
     SELECT {job.given_params_cast}
      WHERE NOT (SELECT far FROM place) AND NOT EXISTS (SELECT 1 FROM found)
+       AND {fence_refuse:%(id)s::uuid}
     ON CONFLICT (id) DO NOTHING
     RETURNING 1
 ), far AS (
     INSERT INTO jobs_far ({job.given})
     SELECT {job.given_params_cast}
      WHERE (SELECT far FROM place) AND NOT EXISTS (SELECT 1 FROM found)
+       AND {fence_refuse:%(id)s::uuid}
     ON CONFLICT (id) DO NOTHING
     RETURNING 1
 )
@@ -97,11 +105,16 @@ WITH v AS (
     SELECT {job.batch_row}
       FROM jsonb_array_elements(%(rows)s::jsonb) AS rows(r)
 ),
+admitted AS (
+    -- The slot fence: one row of a fenced slot refuses the whole statement
+    -- (SQLSTATE VKS01); the store answers each job of it with SlotMoving.
+    SELECT * FROM v WHERE {fence_refuse:v.id}
+),
 keyed AS (
     -- In key order: two batches that share keys wait on each other's
     -- uncommitted keys in the same order, never in a cycle (a deadlock).
     INSERT INTO job_keys (owner_service, idempotency_key, job_id, fingerprint)
-    SELECT owner_service, idempotency_key, id, fingerprint FROM v
+    SELECT owner_service, idempotency_key, id, fingerprint FROM admitted
      WHERE idempotency_key IS NOT NULL
      ORDER BY owner_service, idempotency_key
     ON CONFLICT DO NOTHING
@@ -115,7 +128,7 @@ fresh AS (
     -- went where its far said.
     SELECT {job.given},
            coalesce(run_at > now() + make_interval(secs => far_horizon_seconds), far) AS far
-      FROM v WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM keyed)
+      FROM admitted WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM keyed)
 ),
 near_rows AS (
     INSERT INTO jobs ({job.given})
@@ -176,17 +189,20 @@ SELECT attempt, worker, started_at, finished_at, outcome, error, lateness_second
 -- name: reschedule_far_job
 UPDATE jobs_far SET run_at = %(run_at)s
  WHERE id = %(id)s AND owner_service = %(owner)s AND status = 'SCHEDULED'
+   AND {fence_refuse:%(id)s::uuid}
 RETURNING id;
 
 -- name: reschedule_job
 UPDATE jobs SET run_at = %(run_at)s
  WHERE id = %(id)s AND owner_service = %(owner)s AND status = 'SCHEDULED'
+   AND {fence_refuse:%(id)s::uuid}
 RETURNING id;
 
 -- name: cancel_far_job
 WITH gone AS (
     DELETE FROM jobs_far
      WHERE id = %(id)s AND owner_service = %(owner)s AND status = 'SCHEDULED'
+       AND {fence_refuse:%(id)s::uuid}
     RETURNING *
 )
 INSERT INTO job_history ({job.given}, status, attempt, last_error, created_at, finished_at)
@@ -199,6 +215,7 @@ RETURNING id;
 WITH gone AS (
     DELETE FROM jobs
      WHERE id = %(id)s AND owner_service = %(owner)s AND status = 'SCHEDULED'
+       AND {fence_refuse:%(id)s::uuid}
     RETURNING *
 )
 INSERT INTO job_history ({job.given}, status, attempt, last_error, created_at, finished_at)
@@ -220,6 +237,7 @@ WITH old AS (
     DELETE FROM job_history
      WHERE id = %(id)s AND owner_service = %(owner)s
        AND status = ANY(%(statuses)s::text[]) AND attempt < 100
+       AND {fence_refuse:%(id)s::uuid}
     RETURNING *
 ),
 series AS (
@@ -248,6 +266,7 @@ SELECT id FROM revived;
 UPDATE jobs_far
    SET paused_at = coalesce(%(now)s, now()), pause_reason = %(reason)s
  WHERE id = %(id)s AND owner_service = %(owner)s AND cron_id IS NULL AND paused_at IS NULL
+   AND {fence_refuse:%(id)s::uuid}
 RETURNING id;
 
 -- name: move_job_far
@@ -256,7 +275,7 @@ RETURNING id;
 WITH moving AS (
     DELETE FROM jobs
      WHERE id = %(id)s AND owner_service = %(owner)s AND status = 'SCHEDULED'
-       AND cron_id IS NULL
+       AND cron_id IS NULL AND {fence_refuse:%(id)s::uuid}
     RETURNING *
 )
 INSERT INTO jobs_far SELECT * FROM moving
@@ -265,6 +284,7 @@ RETURNING id;
 -- name: resume_far_job
 UPDATE jobs_far SET paused_at = NULL, pause_reason = NULL
  WHERE id = %(id)s AND owner_service = %(owner)s AND paused_at IS NOT NULL
+   AND {fence_refuse:%(id)s::uuid}
 RETURNING id;
 
 -- name: move_job_near
@@ -274,6 +294,7 @@ WITH moving AS (
     DELETE FROM jobs_far
      WHERE id = %(id)s AND owner_service = %(owner)s AND paused_at IS NULL
        AND run_at <= coalesce(%(now)s, now()) + make_interval(secs => %(horizon)s)
+       AND {fence_refuse:%(id)s::uuid}
     RETURNING *
 )
 INSERT INTO jobs SELECT * FROM moving

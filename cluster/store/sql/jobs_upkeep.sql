@@ -9,9 +9,10 @@
 WITH expired AS (
     SELECT id, attempt, locked_by, claimed_at FROM jobs
      WHERE status = 'RUNNING' AND lease_until < coalesce(%(now)s, now())
+       AND {fence:jobs.id}
      ORDER BY lease_until
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF jobs SKIP LOCKED
 ),
 again AS (
     UPDATE jobs j
@@ -51,10 +52,10 @@ WITH moving AS (
     DELETE FROM jobs_far
      WHERE id IN (SELECT id FROM jobs_far
                    WHERE run_at <= coalesce(%(now)s, now()) + make_interval(secs => %(horizon)s)
-                     AND paused_at IS NULL
+                     AND paused_at IS NULL AND {fence:jobs_far.id}
                    ORDER BY run_at
                    LIMIT %(limit)s
-                     FOR UPDATE SKIP LOCKED)
+                     FOR UPDATE OF jobs_far SKIP LOCKED)
     RETURNING *
 )
 INSERT INTO jobs SELECT * FROM moving
@@ -108,7 +109,7 @@ SELECT (SELECT count(*) FROM h) + (SELECT count(*) FROM a) AS purged;
 -- Each key's job is looked up by primary key, as in purge_cron_occurrences.
 DELETE FROM job_keys
  WHERE ctid IN (SELECT k.ctid FROM job_keys k
-                 WHERE k.created_at < %(before)s
+                 WHERE k.created_at < %(before)s AND {fence:k.job_id}
                    AND (SELECT 1 FROM jobs WHERE id = k.job_id) IS NULL
                    AND (SELECT 1 FROM jobs_far WHERE id = k.job_id) IS NULL
                    AND (SELECT 1 FROM job_history WHERE id = k.job_id LIMIT 1) IS NULL
