@@ -49,7 +49,7 @@ def due_pending(dsns: list[str], owner: str, until: datetime) -> int:
     for dsn in dsns:
         with psycopg.connect(dsn, autocommit=True) as conn:
             row = conn.execute(
-                query("ownerdue_pending"), {"owners": [owner], "until": until}
+                query("owner_due_pending"), {"owners": [owner], "until": until}
             ).fetchone()
             total += int(row[0]) if row else 0
     return total
