@@ -34,10 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     commands = _commands()
     if not args or args[0] in ("-h", "--help") or args[0] not in commands:
-        print(
-            __doc__.strip(),
-            file=sys.stderr if args and args[0] not in ("-h", "--help") else sys.stdout,
-        )
+        print(__doc__.strip(), file=sys.stderr if args and args[0] not in ("-h", "--help") else sys.stdout)
         return 0 if args and args[0] in ("-h", "--help") else 2
     return commands[args[0]](args[1:])
 

@@ -175,9 +175,7 @@ def time_page(client: httpx.Client, path: str, repeat: int) -> dict[str, Any]:
 def pages(dsns: list[str], crons: int) -> list[tuple[str, str]]:
     """(session, path) of each page timed: the tenant's and the operator's."""
     with psycopg.connect(dsns[0]) as conn:
-        row = conn.execute(
-            _q("sample_ids"), {"owner": OWNER, "offset": crons // len(dsns) // 8}
-        ).fetchone()
+        row = conn.execute(_q("sample_ids"), {"owner": OWNER, "offset": crons // len(dsns) // 8}).fetchone()
     assert row is not None and row[0] is not None and row[1] is not None, "no rows loaded"
     cron_text = shardmap.encode_id("cron", row[0])
     job_text = shardmap.encode_id("job", row[1])
@@ -224,12 +222,8 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
         with psycopg.connect(dsns[0]) as conn:
             counts = conn.execute(_q("counts"), {"owner": OWNER}).fetchone()
         assert counts is not None
-        report["shard0_rows"] = dict(
-            zip(("crons", "history", "attempts", "partitions"), counts, strict=True)
-        )
-        print(
-            f"loaded: {report['load_seconds']}; shard 0 holds {report['shard0_rows']}", flush=True
-        )
+        report["shard0_rows"] = dict(zip(("crons", "history", "attempts", "partitions"), counts, strict=True))
+        print(f"loaded: {report['load_seconds']}; shard 0 holds {report['shard0_rows']}", flush=True)
         tenant, operator = secrets.token_urlsafe(18), secrets.token_urlsafe(18)
         cluster.spec.worker_env["VAKIT_OPERATOR_TOKENS"] = f"{operator}=bench-operator"
         [url] = cluster.start_apis({tenant: OWNER})

@@ -95,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0],
         epilog="Any other option is benchmarks.wave's (python -m benchmarks.wave --help).",
     )
-    parser.add_argument(
-        "--door", choices=DOORS, default="crons", help="the door to compare with COPY"
-    )
+    parser.add_argument("--door", choices=DOORS, default="crons", help="the door to compare with COPY")
     parser.add_argument("--rounds", type=int, default=2, help="runs through the door")
     parser.add_argument("--out", default="bench-out/doors", help="report directory")
     parser.add_argument(

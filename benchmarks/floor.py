@@ -36,7 +36,9 @@ TABLE = (
     "CREATE TABLE IF NOT EXISTS bench_floor (id uuid PRIMARY KEY, owner text, type text, "
     "run_at timestamptz, target jsonb, payload jsonb)"
 )
-INSERT = "INSERT INTO bench_floor VALUES (%(id)s, %(owner)s, %(type)s, %(run_at)s, %(target)s, %(payload)s)"
+INSERT = (
+    "INSERT INTO bench_floor VALUES (%(id)s, %(owner)s, %(type)s, %(run_at)s, %(target)s, %(payload)s)"
+)
 
 
 def make_app(mode: str, dsn: str) -> Any:
@@ -64,9 +66,7 @@ def make_app(mode: str, dsn: str) -> Any:
         await receive()
         if mode == "insert":
             if pool is None:
-                pool = AsyncConnectionPool(
-                    dsn, min_size=4, max_size=8, open=False, kwargs={"autocommit": True}
-                )
+                pool = AsyncConnectionPool(dsn, min_size=4, max_size=8, open=False, kwargs={"autocommit": True})
                 await pool.open()
             row = {"id": uuid.uuid4(), "owner": "o", "type": "x", "run_at": datetime.now(UTC),
                    "target": Jsonb({"kind": "NOOP"}), "payload": Jsonb({"n": 1})}  # fmt: skip
@@ -85,9 +85,7 @@ def serve(mode: str, dsn: str, port: int) -> None:
                 log_config=None, access_log=False)  # fmt: skip
 
 
-async def drive(
-    port: int, server: psutil.Process, rate: float, seconds: float
-) -> tuple[float, float]:
+async def drive(port: int, server: psutil.Process, rate: float, seconds: float) -> tuple[float, float]:
     """Requests at ``rate`` for ``seconds`` (open loop, as benchmarks.sustained);
     the server's user and system CPU per request after a 2 s warm-up."""
     client = LeanClient(f"http://127.0.0.1:{port}", {}, connections=64)
@@ -135,9 +133,7 @@ def main() -> None:
             )  # fmt: skip
             try:
                 time.sleep(2.0)
-                user, system = uvloop.run(
-                    drive(args.port, psutil.Process(proc.pid), args.rate, args.duration)
-                )
+                user, system = uvloop.run(drive(args.port, psutil.Process(proc.pid), args.rate, args.duration))
             finally:
                 proc.terminate()
                 proc.wait(10)

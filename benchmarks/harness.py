@@ -656,9 +656,7 @@ class WindowUsage:
             # machine, the noise in the figures.
             "other_cpu_seconds": round(max(0.0, self.machine_busy_seconds - ours), 2),
             "cpu_us_per_job": per_job,
-            "postgres_cpu_seconds_by_kind": {
-                k: round(v, 2) for k, v in self.postgres_by_kind.items()
-            },
+            "postgres_cpu_seconds_by_kind": {k: round(v, 2) for k, v in self.postgres_by_kind.items()},
             "cores": os.cpu_count(),
         }
 

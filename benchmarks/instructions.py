@@ -70,19 +70,13 @@ async def _drive(url: str, token: str, requests: int, batch: int | None) -> None
     try:
         for n in range(requests):
             if batch is None:
-                answer = await client.post(
-                    "/api/v1/jobs", orjson.dumps(_job(n, run_at)), timeout=120
-                )
+                answer = await client.post("/api/v1/jobs", orjson.dumps(_job(n, run_at)), timeout=120)
                 if answer.status != 201:
                     raise RuntimeError(f"create answered {answer.status}: {answer.body[:300]!r}")
             else:
                 body = orjson.dumps({"jobs": [_job(n * batch + i, run_at) for i in range(batch)]})
                 answer = await client.post("/api/v1/jobs:batch", body, timeout=600)
-                statuses = (
-                    {r["status"] for r in orjson.loads(answer.body)["results"]}
-                    if answer.status == 200
-                    else {answer.status}
-                )
+                statuses = {r["status"] for r in orjson.loads(answer.body)["results"]} if answer.status == 200 else {answer.status}
                 if statuses != {201}:
                     raise RuntimeError(f"batch answered {answer.status}, items {sorted(statuses)}")
     finally:
@@ -92,9 +86,7 @@ async def _drive(url: str, token: str, requests: int, batch: int | None) -> None
 def measure(requests: int, batch: int | None, out: Path) -> dict[str, Any]:
     """Instructions of the API process over ``requests`` serial requests."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        raise SystemExit(
-            "benchmarks.instructions needs valgrind: apt-get install valgrind (make setup does)"
-        )
+        raise SystemExit("benchmarks.instructions needs valgrind: apt-get install valgrind (make setup does)")
     machine = machine_info()
     dumps_dir = out / "callgrind"
     dumps_dir.mkdir(parents=True, exist_ok=True)
@@ -147,9 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--creates", type=int, default=1000, help="serial single creates counted")
     parser.add_argument("--batches", type=int, default=0, help="count this many batches instead")
     parser.add_argument("--batch", type=int, default=1000, help="jobs a batch")
-    parser.add_argument(
-        "--out", type=Path, help="logs and the callgrind dump (default: a temp dir)"
-    )
+    parser.add_argument("--out", type=Path, help="logs and the callgrind dump (default: a temp dir)")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="vakit-bench-instructions-"))
@@ -157,11 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         report = measure(args.batches, args.batch, out)
     else:
         report = measure(args.creates, None, out)
-    what = (
-        f"batches={report['requests']}x{report['batch']}"
-        if report["batch"]
-        else f"creates={report['requests']}"
-    )
+    what = f"batches={report['requests']}x{report['batch']}" if report["batch"] else f"creates={report['requests']}"
     print(
         f"instructions[{report['mode']}]: {what} per_job={report['instructions_per_job']:,} "
         f"total={report['instructions']:,} ({report['seconds']} s under callgrind)",

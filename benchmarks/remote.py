@@ -73,7 +73,7 @@ class RemoteOptions:
 
 # -- metrics -------------------------------------------------------------------
 
-_BUCKET = re.compile(rf"^{LATENESS}_bucket\{{(?P<labels>[^}}]*)\}} (?P<value>\S+)", re.M)
+_BUCKET = re.compile(rf'^{LATENESS}_bucket\{{(?P<labels>[^}}]*)\}} (?P<value>\S+)', re.M)
 _LE = re.compile(r'le="([^"]+)"')
 
 
@@ -103,9 +103,7 @@ def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
             if math.isinf(bound):
                 return lower_bound
             width = count - lower_count
-            return lower_bound + (bound - lower_bound) * (
-                (rank - lower_count) / width if width else 1.0
-            )
+            return lower_bound + (bound - lower_bound) * ((rank - lower_count) / width if width else 1.0)
         lower_bound, lower_count = bound, count
     return ordered[-1][0]
 
@@ -165,9 +163,7 @@ class MetricsSource:
         if self.prometheus_url:
             rows = self._promql(f"sum by (le) ({LATENESS}_bucket)")
             return {
-                (math.inf if r["metric"]["le"] == "+Inf" else float(r["metric"]["le"])): float(
-                    r["value"][1]
-                )
+                (math.inf if r["metric"]["le"] == "+Inf" else float(r["metric"]["le"])): float(r["value"][1])
                 for r in rows
             }
         return parse_buckets(self._scrape())
@@ -276,9 +272,7 @@ class Receiver:
 # -- the run -----------------------------------------------------------------------------
 
 
-async def _create(
-    opts: RemoteOptions, target_url: str, run_at: datetime, run_id: str
-) -> tuple[int, float]:
+async def _create(opts: RemoteOptions, target_url: str, run_at: datetime, run_id: str) -> tuple[int, float]:
     """Create ``opts.jobs`` jobs due at ``run_at``; returns (created, seconds)."""
     headers = {"Authorization": f"Bearer {opts.token}", "Content-Type": "application/json"}
     url = opts.api_url.rstrip("/") + "/api/v1/jobs:batch"
@@ -331,10 +325,7 @@ async def _create(
         await asyncio.gather(*(client(session) for _ in range(opts.concurrency)))
     progress.close()
     if throttled:
-        print(
-            f"jobs created: {throttled} request(s) were throttled (429/503) and sent again",
-            file=sys.stderr,
-        )
+        print(f"jobs created: {throttled} request(s) were throttled (429/503) and sent again", file=sys.stderr)
     return created, time.monotonic() - started
 
 
@@ -347,9 +338,7 @@ def _check_api(opts: RemoteOptions) -> None:
         urllib.request.urlopen(req, timeout=10)
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
-            raise SystemExit(
-                f"remote: the API refused the token ({exc.code}): check --token"
-            ) from exc
+            raise SystemExit(f"remote: the API refused the token ({exc.code}): check --token") from exc
         # 404 (or 422 for an id of another form): the API answers and knows the token.
     except OSError as exc:
         raise SystemExit(f"remote: no API at {opts.api_url}: {exc}") from exc
@@ -366,9 +355,7 @@ def run(opts: RemoteOptions) -> dict[str, Any]:
         receiver = Receiver(opts.sink_host, opts.sink_port)
         receiver.start()
     elif not metrics.available:
-        raise SystemExit(
-            "remote: with --target-url, give --prometheus-url or --metrics-url to follow the drain"
-        )
+        raise SystemExit("remote: with --target-url, give --prometheus-url or --metrics-url to follow the drain")
     target_url = opts.target_url or (receiver.url if receiver else "")
     run_id = f"r{int(time.time())}"
     try:
@@ -405,10 +392,7 @@ def run(opts: RemoteOptions) -> dict[str, Any]:
         last = max(arrivals, default=None)
         drain: float | None = len(arrivals) / (last - origin) if last and last > origin else None
     else:
-        lateness = {
-            q: histogram_quantile(v, buckets)
-            for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
-        }
+        lateness = {q: histogram_quantile(v, buckets) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
         lateness["max"] = None
         within = _share_within(buckets, ON_TIME_SECONDS, opts.jobs)
         drain = done / (drain_end - origin) if drain_end > origin else None
@@ -418,10 +402,7 @@ def run(opts: RemoteOptions) -> dict[str, Any]:
         from_metrics = {
             "source": source,
             "count": count,
-            **{
-                q: histogram_quantile(v, buckets)
-                for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
-            },
+            **{q: histogram_quantile(v, buckets) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
             "started_within_60s": _share_within(buckets, ON_TIME_SECONDS, opts.jobs),
         }
     return {
@@ -448,9 +429,7 @@ def run(opts: RemoteOptions) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None) -> RemoteOptions:
     parser = argparse.ArgumentParser(
-        prog="vakit-bench remote",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="vakit-bench remote", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--api-url", required=True, help="the cluster's API, e.g. http://api:8080")
     parser.add_argument("--token", required=True, help="a tenant token of that API")
@@ -459,14 +438,10 @@ def parse_args(argv: list[str] | None) -> RemoteOptions:
     parser.add_argument("--concurrency", type=int, default=4, help="batch requests in flight")
     parser.add_argument("--lead", type=float, help="seconds from now to T (default 10 + jobs/1000)")
     parser.add_argument("--target-url", help="your receiver (default: one this harness runs)")
-    parser.add_argument(
-        "--sink-host", default="127.0.0.1", help="where the harness's receiver listens"
-    )
+    parser.add_argument("--sink-host", default="127.0.0.1", help="where the harness's receiver listens")
     parser.add_argument("--sink-port", type=int, default=0)
     parser.add_argument("--prometheus-url", help="read lateness and progress from this Prometheus")
-    parser.add_argument(
-        "--metrics-url", action="append", default=[], help="a worker's /metrics (repeat)"
-    )
+    parser.add_argument("--metrics-url", action="append", default=[], help="a worker's /metrics (repeat)")
     parser.add_argument("--drain-timeout", type=float)
     parser.add_argument("--out", type=Path, default=Path("bench-out/remote"))
     args = parser.parse_args(argv)

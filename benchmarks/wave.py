@@ -164,9 +164,7 @@ def schedule_wave(opts: WaveOptions, default_lead: float) -> tuple[datetime, dat
     source's ``default_lead``, from now, on a whole minute where
     :attr:`WaveOptions.on_minute` says so."""
     now = datetime.now(UTC)
-    t_due = due_at(
-        now, opts.lead if opts.lead is not None else default_lead, on_minute=opts.on_minute
-    )
+    t_due = due_at(now, opts.lead if opts.lead is not None else default_lead, on_minute=opts.on_minute)
     return now, t_due, round((t_due - now).total_seconds(), 1)
 
 
@@ -521,19 +519,13 @@ def _checkpoint_before_claims(
     if made.watch is not None:
         made.watch.wait(timeout=max(0.0, (claims_open - datetime.now(UTC)).total_seconds() - 5.0))
         if made.watch.seen_all_at is None:
-            log.warning(
-                "the slot's occurrences were not all visible in time: no checkpoint before claims"
-            )
+            log.warning("the slot's occurrences were not all visible in time: no checkpoint before claims")
             return {"done": False, "why": "occurrences not all visible 5 s before claims opened"}
     seconds = cluster.checkpoint()
     ended = (datetime.now(UTC) - claims_open).total_seconds()
     if ended > 0:
         log.warning("the checkpoint ended %.1f s after claims could start: raise --lead", ended)
-    return {
-        "done": True,
-        "seconds": round(seconds, 3),
-        "ended_vs_claims_open_seconds": round(ended, 3),
-    }
+    return {"done": True, "seconds": round(seconds, 3), "ended_vs_claims_open_seconds": round(ended, 3)}
 
 
 def _sleep_until(when: datetime, cluster: BenchCluster) -> None:

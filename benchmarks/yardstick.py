@@ -44,15 +44,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = [
-    "TOUCH_BYTES",
-    "SpeedProbe",
-    "cpu_ms",
-    "describe",
-    "describe_speed",
-    "first_touch_s_per_gib",
-    "measure",
-]
+__all__ = ["TOUCH_BYTES", "SpeedProbe", "cpu_ms", "describe", "describe_speed", "first_touch_s_per_gib", "measure"]
 
 # Large enough that page faults, not the loop around them, take the time
 # (65,536 pages: about 10 ms of the loop against 130-220 ms of faults seen);
