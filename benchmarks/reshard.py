@@ -88,6 +88,7 @@ class ReshardOptions:
     concurrency: int = 64
     api_procs: int = 1
     move_timeout: float = 3600.0
+    hold: float = 0.0  # with no moves: seconds of load where the moves would be
     drain_timeout: float = 900.0  # waiting for the backlog after the last runAt
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -203,6 +204,10 @@ def run(opts: ReshardOptions) -> dict[str, Any]:
                         moves.append(
                             shards_api.move("drain", opts.drain, timeout=opts.move_timeout)
                         )
+                else:
+                    # The control: the same load for as long as the moves took
+                    # in the run compared with, so `during` has its twin.
+                    sleep_until(moves_start + opts.hold, cluster, "the end of the held window")
                 moves_end = time.time()
                 moves_usage = sampler.usage_since(moves_mark)
                 sleep_until(moves_end + opts.settle, cluster, "the stream's end")
@@ -330,6 +335,7 @@ def run(opts: ReshardOptions) -> dict[str, Any]:
             "stream_concurrency": opts.concurrency,
             "settle_seconds": opts.settle,
             "moves": opts.moves,
+            "hold_seconds": None if opts.moves else opts.hold,
             "drain": opts.drain,
             "shards": len(dsns),
             "workers": spec.workers,
@@ -376,6 +382,12 @@ def parse_args(argv: list[str] | None) -> tuple[ReshardOptions, bool]:
     parser.add_argument(
         "--no-moves", action="store_true", help="the same load, no move (a baseline)"
     )
+    parser.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        help="with --no-moves: seconds of load in place of the moves (the `during` window)",
+    )
     parser.add_argument("--spare-dsn", help="the database to add (default: a server started here)")
     parser.add_argument("--create-batch", type=int, default=1000, help="items per batch create")
     parser.add_argument("--clients", type=int, default=8, help="batch creates in flight")
@@ -401,6 +413,7 @@ def parse_args(argv: list[str] | None) -> tuple[ReshardOptions, bool]:
         settle=args.settle,
         drain=None if args.no_drain else args.drain,
         moves=not args.no_moves,
+        hold=args.hold,
         spare_dsn=args.spare_dsn,
         create_batch=args.create_batch,
         clients=args.clients,
