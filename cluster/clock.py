@@ -102,4 +102,3 @@ class FakeClock:
     def set(self, when: datetime) -> None:
         with self._lock:
             self._now = utc(when)
-

@@ -180,7 +180,7 @@ class Settings(BaseSettings):
     )
     metrics_crons: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Cron job ids with their own `cron` label, or [\"*\"] for all; the "
+        description='Cron job ids with their own `cron` label, or ["*"] for all; the '
         "rest are `other`.",
     )
 
@@ -245,11 +245,15 @@ class Settings(BaseSettings):
     cron_min_interval_seconds: float = Field(
         60.0, ge=60, description="Refuse schedules that fire more often than this."
     )
-    cron_lookahead_seconds: float = Field(60.0, gt=0, description="Materialize slots this far ahead.")
+    cron_lookahead_seconds: float = Field(
+        60.0, gt=0, description="Materialize slots this far ahead."
+    )
     cron_misfire_threshold_seconds: float = Field(
         60.0, ge=0, description="A slot later than this is a misfire (policy applies)."
     )
-    cron_catchup_cap: int = Field(100, ge=0, description="RUN_ALL runs at most this many missed slots.")
+    cron_catchup_cap: int = Field(
+        100, ge=0, description="RUN_ALL runs at most this many missed slots."
+    )
     cron_max_lookahead_seconds: float = Field(
         900.0,
         gt=0,

@@ -15,6 +15,7 @@ __all__ = [
     "Conflict",
     "CoordinationUnavailable",
     "Forbidden",
+    "IdempotencyKeyExpired",
     "IdempotencyKeyInFlight",
     "IdempotencyKeyReused",
     "InvalidRequest",
@@ -51,7 +52,9 @@ class InvalidRequest(VakitError):
 class PayloadTooLarge(InvalidRequest):
     """A request or a payload over the configured size limit."""
 
-    def __init__(self, message: str, size: int | None = None, limit: int | None = None, **fields: Any) -> None:
+    def __init__(
+        self, message: str, size: int | None = None, limit: int | None = None, **fields: Any
+    ) -> None:
         super().__init__(message, **fields)
         self.size = size
         self.limit = limit
@@ -77,6 +80,16 @@ class Conflict(VakitError):
 class IdempotencyKeyReused(Conflict):
     """An ``Idempotency-Key`` sent again with another request body: the key
     names a different request, nothing was changed."""
+
+
+class IdempotencyKeyExpired(Conflict):
+    """An ``Idempotency-Key`` whose job this shard no longer holds: its
+    history expired, or (after a move of its slot) stayed on the shard that
+    ran it. ``job_id`` is the job the key names."""
+
+    def __init__(self, message: str, job_id: Any, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.job_id = job_id
 
 
 class IdempotencyKeyInFlight(Conflict):
@@ -158,7 +171,9 @@ class StoreError(VakitError):
     (a bug, a schema that does not match): translated at the store seam so
     no driver exception reaches the worker or the API."""
 
-    def __init__(self, message: str, shard: int, sqlstate: str | None = None, **fields: Any) -> None:
+    def __init__(
+        self, message: str, shard: int, sqlstate: str | None = None, **fields: Any
+    ) -> None:
         super().__init__(message, shard=shard, sqlstate=sqlstate, **fields)
         self.shard = shard
         self.sqlstate = sqlstate

@@ -195,7 +195,9 @@ TARGET_FIRES = Counter(
     "error: 408, 429, 5xx, timeout, connection) or rejected (a permanent error).",
     ["target", "result"],
 )
-MOVED = Counter("vakit_far_jobs_moved_total", "Jobs moved from the far table to the hot table.", ["shard"])
+MOVED = Counter(
+    "vakit_far_jobs_moved_total", "Jobs moved from the far table to the hot table.", ["shard"]
+)
 
 API_REQUESTS = Counter(
     "vakit_api_requests_total", "API requests by route and status.", ["method", "route", "status"]
@@ -217,7 +219,9 @@ SLOT_MAP_EPOCH = Gauge(
 )
 RESHARD_ROWS = Counter("vakit_reshard_rows_copied_total", "Rows the mover copied between shards.")
 RESHARD_SLOTS = Counter("vakit_reshard_slots_moved_total", "Slots the mover moved between shards.")
-REBALANCES = Counter("vakit_rebalances_total", "Shard ownership recomputations after membership changed.")
+REBALANCES = Counter(
+    "vakit_rebalances_total", "Shard ownership recomputations after membership changed."
+)
 LEADERSHIP_CHANGES = Counter(
     "vakit_leadership_changes_total", "Leadership gained or lost, per shard.", ["shard", "change"]
 )

@@ -47,7 +47,13 @@ class TracingUnavailable(RuntimeError):
     """An exporter is configured but OpenTelemetry is not installed."""
 
 
-def setup(service_name: str, exporter: str | None = None, sample_ratio: float = 1.0, *, span_exporter: Any = None) -> bool:
+def setup(
+    service_name: str,
+    exporter: str | None = None,
+    sample_ratio: float = 1.0,
+    *,
+    span_exporter: Any = None,
+) -> bool:
     """Turn tracing on for this process when an exporter is configured.
 
     ``exporter``: ``otlp``, ``console`` or ``none`` (default: the
@@ -157,7 +163,11 @@ def _span(
 
 
 def record(
-    name: str, seconds: float, *, kind: str = "internal", attributes: Mapping[str, Any] | None = None
+    name: str,
+    seconds: float,
+    *,
+    kind: str = "internal",
+    attributes: Mapping[str, Any] | None = None,
 ) -> None:
     """A span that has just ended, ``seconds`` long, under the current span
     (for work timed already, such as a statement on a shard)."""

@@ -45,16 +45,18 @@ class Load:
         return body
 
     def _run(self, thread: int) -> None:
-        with httpx.Client(
-            base_url=self.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
-        ) as client:
+        # The URL is read for each request: a test may point the load at
+        # another API process (its base_url) while it runs.
+        with httpx.Client(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as client:
             i = 0
             while not self._stop.is_set():
                 key = f"load-{thread}-{i}"
                 i += 1
                 try:
                     resp = client.post(
-                        "/api/v1/jobs", json=self.body(key), headers={"Idempotency-Key": key}
+                        self.base_url + "/api/v1/jobs",
+                        json=self.body(key),
+                        headers={"Idempotency-Key": key},
                     )
                     job = resp.json().get("jobId") if resp.status_code < 300 else None
                     self.answers[key] = (resp.status_code, job)

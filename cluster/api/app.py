@@ -314,7 +314,9 @@ class RequestAccounting:
                         await problem_response(*problem_for(exc))(scope, receive, send_status)
                         return
                     except StrictJsonError as exc:
-                        await problem_response(strict_json_problem(exc))(scope, receive, send_status)
+                        await problem_response(strict_json_problem(exc))(
+                            scope, receive, send_status
+                        )
                         return
                 fast = self.fast_routes.get((scope["method"], path))
                 if fast is not None and body is not None and _DECLINED not in scope:
@@ -389,12 +391,16 @@ class RequestAccounting:
         length = _content_length(scope)
         limit = self.body_limit(path)
         if length is not None and length > limit:
-            too_large = PayloadTooLarge(f"request body is larger than {limit} bytes", size=length, limit=limit)
+            too_large = PayloadTooLarge(
+                f"request body is larger than {limit} bytes", size=length, limit=limit
+            )
             return problem_for(too_large)
         if self.in_flight >= self.max_in_flight and path.startswith("/api/"):
             # Overload is refused early and cheaply, with a hint when to
             # come back, rather than queued until every client times out.
-            busy = Overloaded("this API process is at its concurrency limit; retry shortly", retry_after=1)
+            busy = Overloaded(
+                "this API process is at its concurrency limit; retry shortly", retry_after=1
+            )
             return problem_for(busy)
         try:
             check_query(scope["query_string"])

@@ -85,7 +85,10 @@ class ApiContext:
         # dict lookup whatever the number of tokens, and what a lookup's
         # timing could reveal is a prefix of a digest, not of a token.
         self._tokens: dict[bytes, tuple[bytes, Principal]] = {}
-        for role_tokens, operator in ((settings.api_tokens, False), (settings.operator_tokens, True)):
+        for role_tokens, operator in (
+            (settings.api_tokens, False),
+            (settings.operator_tokens, True),
+        ):
             for token, name in role_tokens.items():
                 raw = token.encode()
                 self._tokens[hashlib.sha256(raw).digest()] = (raw, Principal(name, operator))

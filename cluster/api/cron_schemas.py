@@ -87,7 +87,9 @@ class CronOut(BaseModel):
     startAt: UtcDatetime | None
     endAt: UtcDatetime | None
     maxRuns: int | None
-    runCount: int = Field(description="Occurrences the schedule made (manual triggers not counted).")
+    runCount: int = Field(
+        description="Occurrences the schedule made (manual triggers not counted)."
+    )
     shard: int
     nextFireAt: UtcDatetime | None
     lastFireAt: UtcDatetime | None
@@ -120,7 +122,9 @@ class FireOut(BaseModel):
 
 class PreviewOut(BaseModel):
     fires: list[FireOut]
-    end: str | None = Field(None, description="Why fewer fires than asked: endAt or maxRuns reached.")
+    end: str | None = Field(
+        None, description="Why fewer fires than asked: endAt or maxRuns reached."
+    )
     monthEndPolicy: str = "SKIP"
     dstPolicy: str = "CRONIE"
 

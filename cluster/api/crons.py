@@ -86,7 +86,10 @@ async def load_cron(ctx: ApiContext, cron_job_id: str, owner: str) -> tuple[Cron
     status_code=201,
     response_model=CronOut,
     responses={
-        200: {"model": CronOut, "description": "The name is defined already, with this definition."},
+        200: {
+            "model": CronOut,
+            "description": "The name is defined already, with this definition.",
+        },
         **problem_responses(409),
     },
 )

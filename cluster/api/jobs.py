@@ -243,7 +243,9 @@ async def _create_batch(ctx: ApiContext, owner: str, items: list[Any]) -> Respon
     valid: list[tuple[int, BatchJobIn]] = []
     for index, raw in enumerate(items):
         try:
-            valid.append((index, raw if type(raw) is BatchJobIn else BatchJobIn.model_validate(raw)))
+            valid.append(
+                (index, raw if type(raw) is BatchJobIn else BatchJobIn.model_validate(raw))
+            )
         except ValidationError as exc:
             results[index] = item_failure(index, exc, where)
     outcomes = await job_service.create_jobs(ctx, owner, valid)

@@ -128,9 +128,7 @@ _LINKS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
 
 
 def _add_links(spec: dict[str, Any]) -> None:
-    ids = {
-        op.get("operationId") for ops in spec.get("paths", {}).values() for op in ops.values()
-    }
+    ids = {op.get("operationId") for ops in spec.get("paths", {}).values() for op in ops.values()}
     for ops in spec.get("paths", {}).values():
         for op in ops.values():
             link = _LINKS.get(op.get("operationId", ""))
@@ -173,7 +171,9 @@ def _rewrite_operation(path: str, op: dict[str, Any]) -> None:
     authenticated = any(
         p["in"] == "header" and p["name"].lower() == "authorization" for p in params
     )
-    params = [p for p in params if not (p["in"] == "header" and p["name"].lower() == "authorization")]
+    params = [
+        p for p in params if not (p["in"] == "header" and p["name"].lower() == "authorization")
+    ]
     for p in params:
         if p["in"] == "header" and p["name"].lower() == "idempotency-key":
             p["description"] = IDEMPOTENCY_KEY_HELP
@@ -239,4 +239,3 @@ def _problem_schema() -> dict[str, Any]:
         },
         "additionalProperties": True,
     }
-

@@ -189,7 +189,9 @@ class LatenessMinuteOut(BaseModel):
 class ShardLatenessOut(BaseModel):
     shard: int
     minutes: list[LatenessMinuteOut] = Field(description="Minutes with an attempt, oldest first.")
-    error: str | None = Field(None, description="Why the shard could not be read (then no minutes).")
+    error: str | None = Field(
+        None, description="Why the shard could not be read (then no minutes)."
+    )
 
 
 class LatenessOut(BaseModel):

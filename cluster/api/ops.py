@@ -61,8 +61,9 @@ async def cluster_view(ctx: Ctx, operator: Operator) -> dict[str, Any]:
 async def cluster_lateness(
     ctx: Ctx,
     operator: Operator,
-    minutes: int = Query(15, ge=1, le=60, description="The last this many UTC minutes, "
-                         "the current one included."),
+    minutes: int = Query(
+        15, ge=1, le=60, description="The last this many UTC minutes, the current one included."
+    ),
 ) -> LatenessOut:
     """Start lateness (how long after its runAt an attempt started) by minute,
     from the attempt logs of every shard: per shard, and the worst shard's.

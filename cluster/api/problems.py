@@ -137,7 +137,13 @@ KINDS: dict[str, ProblemKind] = {
         SHARD_UNAVAILABLE, COORDINATION_UNAVAILABLE, INTERNAL,
     )
 }  # fmt: skip
-_BY_STATUS = {403: FORBIDDEN, 404: NOT_FOUND, 405: METHOD_NOT_ALLOWED, 413: PAYLOAD_TOO_LARGE, 400: MALFORMED_JSON}
+_BY_STATUS = {
+    403: FORBIDDEN,
+    404: NOT_FOUND,
+    405: METHOD_NOT_ALLOWED,
+    413: PAYLOAD_TOO_LARGE,
+    400: MALFORMED_JSON,
+}
 _INTERNAL_DETAIL = "an unexpected error occurred; it has been logged"
 _by_class: dict[type[BaseException], ProblemKind] = {}
 
@@ -154,7 +160,13 @@ def kind_of(exc: BaseException) -> ProblemKind:
 
 def problem_body(kind: ProblemKind, detail: str, **fields: Any) -> dict[str, Any]:
     # Extension members never override the standard ones (RFC 9457).
-    return {**fields, "type": kind.type, "title": kind.title, "status": kind.status, "detail": detail}
+    return {
+        **fields,
+        "type": kind.type,
+        "title": kind.title,
+        "status": kind.status,
+        "detail": detail,
+    }
 
 
 def problem_for(exc: BaseException, *, where: str = "") -> tuple[dict[str, Any], dict[str, str]]:

@@ -64,7 +64,9 @@ def check_body(raw: bytes) -> None:
     # find(), not ``in``: bytes.__contains__ first tries its operand as an
     # integer, and for a bytes operand formats a TypeError it then clears.
     find = screened.find
-    values = find(b"NaN") >= 0 or find(b"Infinity") >= 0 or find(b"9e999") >= 0 or find(_DIGITS) >= 0
+    values = (
+        find(b"NaN") >= 0 or find(b"Infinity") >= 0 or find(b"9e999") >= 0 or find(_DIGITS) >= 0
+    )
     if not values and (find(b"\\") < 0 or (raw.find(b"\x00") < 0 and _ESCAPE.search(raw) is None)):
         return  # nothing suspect, or only harmless escapes (\u00e9, \", a surrogate pair)
     if b"\x00" in raw:

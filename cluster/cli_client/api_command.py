@@ -105,7 +105,14 @@ def quote_segment(value: str) -> str:
     return quote(value, safe="")
 
 
-def every_item(call: Call, path: str, params: dict[str, Any], items: str, cursor: str, next_key: str = "nextCursor") -> Iterator[dict[str, Any]]:
+def every_item(
+    call: Call,
+    path: str,
+    params: dict[str, Any],
+    items: str,
+    cursor: str,
+    next_key: str = "nextCursor",
+) -> Iterator[dict[str, Any]]:
     """Every item of a paginated list, following ``nextCursor``."""
     page_params = dict(params)
     while True:

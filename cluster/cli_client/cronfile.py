@@ -168,14 +168,18 @@ def lint(
             result.errors.append(f"schedule: {exc}")
             continue
         if "h" in spec.schedule.lower() and not spec.schedule.strip().lower().startswith("every"):
-            result.notes.append("H fields: the server picks their values from the cron's id; these fires are an example")
+            result.notes.append(
+                "H fields: the server picks their values from the cron's id; these fires are an example"
+            )
         end = definition.end_at
         first = first_slot(schedule, now, definition.start_at, end)
         if first is None:
             result.errors.append("the schedule has no slot between now (or startAt) and endAt")
             continue
         limit = count if spec.maxRuns is None else min(count, spec.maxRuns)
-        result.fires = list(schedule.fires(first - timedelta(microseconds=1), count=limit, until=end))
+        result.fires = list(
+            schedule.fires(first - timedelta(microseconds=1), count=limit, until=end)
+        )
         horizon = now + timedelta(days=scan_days)
         if end is not None:
             horizon = min(horizon, end)
@@ -224,7 +228,9 @@ def plan_changes(
                 body["payload"] = None
             changes.append(Change("create", spec.name, body=body))
             continue
-        diff = tuple((k, have.get(k), want[k]) for k in COMPARED if not _same(k, have.get(k), want[k]))
+        diff = tuple(
+            (k, have.get(k), want[k]) for k in COMPARED if not _same(k, have.get(k), want[k])
+        )
         if diff:
             changes.append(
                 Change("update", spec.name, have["cronJobId"], {k: w for k, _, w in diff}, diff)
@@ -233,7 +239,9 @@ def plan_changes(
             changes.append(Change("unchanged", spec.name, have["cronJobId"]))
     wanted = {s.name for s in specs}
     extra = sorted(
-        name for name in by_name if owns is not None and name.startswith(owns) and name not in wanted
+        name
+        for name in by_name
+        if owns is not None and name.startswith(owns) and name not in wanted
     )
     if prune:
         changes += [Change("delete", name, by_name[name]["cronJobId"]) for name in extra]

@@ -50,12 +50,19 @@ def find_cron_id(call: Call, ref: str) -> str:
 
 
 @api_command(crons, "list")
-@click.option("--limit", type=click.IntRange(1, 500), default=None, help="One page of this many (default: all).")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 500),
+    default=None,
+    help="One page of this many (default: all).",
+)
 @click.option("--after", default=None, help="The name to start after (a page's nextCursor).")
 def crons_list(call: Call, limit: int | None, after: str | None) -> None:
     """The owner's cron jobs by name."""
     if limit is None:
-        items = list(every_item(call, "/api/v1/cron-jobs", {"limit": 500, "after": after}, "items", "after"))
+        items = list(
+            every_item(call, "/api/v1/cron-jobs", {"limit": 500, "after": after}, "items", "after")
+        )
         call.emit({"items": items, "nextCursor": None}, CRON_COLUMNS, items)
         return
     page = call.api.request("GET", "/api/v1/cron-jobs", params={"limit": limit, "after": after})
@@ -71,7 +78,11 @@ def crons_get(call: Call, cron: str) -> None:
         call.emit(got)
         return
     for key, value in got.items():
-        shown = json.dumps(value) if isinstance(value, dict | list) else ("-" if value is None else value)
+        shown = (
+            json.dumps(value)
+            if isinstance(value, dict | list)
+            else ("-" if value is None else value)
+        )
         click.echo(f"{key + ':':<26}{shown}")
 
 
@@ -88,7 +99,13 @@ def _target_options(command: F) -> F:
 
 
 @api_command(crons, "create")
-@click.option("-f", "--file", "path", type=click.Path(exists=True, dir_okay=False), help="One cron definition (YAML or JSON), as POST /cron-jobs takes it.")
+@click.option(
+    "-f",
+    "--file",
+    "path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="One cron definition (YAML or JSON), as POST /cron-jobs takes it.",
+)
 @click.option("--name")
 @click.option("--schedule", help="'0 2 * * *', '@daily', 'every 15m' …")
 @click.option("--time-zone", "time_zone", help="IANA zone, required: e.g. Europe/Istanbul.")
@@ -129,7 +146,9 @@ def _target_from_flags(flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def _body_from_flags(flags: dict[str, Any]) -> dict[str, Any]:
-    missing = [f"--{k.replace('_', '-')}" for k in ("name", "schedule", "time_zone") if not flags[k]]
+    missing = [
+        f"--{k.replace('_', '-')}" for k in ("name", "schedule", "time_zone") if not flags[k]
+    ]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (or give the definition with -f)")
     target = _target_from_flags(flags)
@@ -160,7 +179,9 @@ def crons_pause(call: Call, cron: str, reason: str) -> None:
     """Run no slot until resumed; slots that pass meanwhile follow the
     misfire policy on resume."""
     out = call.api.request(
-        "POST", f"/api/v1/cron-jobs/{quote_segment(find_cron_id(call, cron))}/pause", body={"reason": reason}
+        "POST",
+        f"/api/v1/cron-jobs/{quote_segment(find_cron_id(call, cron))}/pause",
+        body={"reason": reason},
     )
     call.emit(out, ("cronJobId", "name", "paused", "pauseReason"))
 
@@ -169,7 +190,9 @@ def crons_pause(call: Call, cron: str, reason: str) -> None:
 @click.argument("cron")
 def crons_resume(call: Call, cron: str) -> None:
     """Run slots again."""
-    out = call.api.request("POST", f"/api/v1/cron-jobs/{quote_segment(find_cron_id(call, cron))}/resume")
+    out = call.api.request(
+        "POST", f"/api/v1/cron-jobs/{quote_segment(find_cron_id(call, cron))}/resume"
+    )
     call.emit(out, ("cronJobId", "name", "paused", "nextFireAt"))
 
 
@@ -177,10 +200,17 @@ def crons_resume(call: Call, cron: str) -> None:
 @click.argument("cron")
 @click.option("--from", "from_", required=True, metavar="TIME", help="RFC 3339, included.")
 @click.option("--to", required=True, metavar="TIME", help="RFC 3339, excluded; not in the future.")
-@click.option("--overlap", type=click.Choice(["ALLOW", "SKIP"]), default=None, help="SKIP: refuse while an occurrence is pending or running.")
+@click.option(
+    "--overlap",
+    type=click.Choice(["ALLOW", "SKIP"]),
+    default=None,
+    help="SKIP: refuse while an occurrence is pending or running.",
+)
 @click.option("--rerun", is_flag=True, help="Run slots that already ran again.")
 @click.option("--dry-run", is_flag=True, help="Say what would happen; write nothing.")
-def crons_backfill(call: Call, cron: str, from_: str, to: str, overlap: str | None, rerun: bool, dry_run: bool) -> None:
+def crons_backfill(
+    call: Call, cron: str, from_: str, to: str, overlap: str | None, rerun: bool, dry_run: bool
+) -> None:
     """Run the slots of a past range, each once: a slot that already ran is
     reported, not doubled (unless --rerun). Long ranges are written in calls
     of 1,000 slots, one after another."""
@@ -205,7 +235,8 @@ def crons_backfill(call: Call, cron: str, from_: str, to: str, overlap: str | No
         verb = "would be " if dry_run else ""
         click.echo(
             f"{totals['created']} {verb}created, {totals['existing']} existing (not doubled), "
-            f"{totals['rerun']} {verb}rerun" + (f"; more from {out['nextFrom']}" if out.get("nextFrom") else "")
+            f"{totals['rerun']} {verb}rerun"
+            + (f"; more from {out['nextFrom']}" if out.get("nextFrom") else "")
         )
 
 
@@ -222,7 +253,9 @@ def crons_delete(call: Call, cron: str) -> None:
 @click.argument("cron")
 def crons_trigger(call: Call, cron: str) -> None:
     """One extra occurrence now."""
-    out = call.api.request("POST", f"/api/v1/cron-jobs/{quote_segment(find_cron_id(call, cron))}/trigger")
+    out = call.api.request(
+        "POST", f"/api/v1/cron-jobs/{quote_segment(find_cron_id(call, cron))}/trigger"
+    )
     call.emit(out, ("jobId", "scheduledFor"))
 
 
@@ -233,10 +266,14 @@ def crons_trigger(call: Call, cron: str) -> None:
 def crons_preview(call: Call, cron: str, from_: str | None, count: int) -> None:
     """The next fires in the cron's zone, with DST and month-end notes."""
     params = {"from": from_, "count": count}
-    out = call.api.request("GET", f"/api/v1/cron-jobs/{quote_segment(find_cron_id(call, cron))}/preview", params=params)
+    out = call.api.request(
+        "GET", f"/api/v1/cron-jobs/{quote_segment(find_cron_id(call, cron))}/preview", params=params
+    )
     call.emit(out, ("scheduledFor", "local", "note"), out["fires"])
     if call.fmt == "table":
-        click.echo(f"(dstPolicy {out.get('dstPolicy')}, monthEndPolicy {out.get('monthEndPolicy')})")
+        click.echo(
+            f"(dstPolicy {out.get('dstPolicy')}, monthEndPolicy {out.get('monthEndPolicy')})"
+        )
         if out.get("end"):
             click.echo(f"(ends: {out['end']})")
 
@@ -247,8 +284,12 @@ def crons_preview(call: Call, cron: str, from_: str | None, count: int) -> None:
 def crons_runs(call: Call, cron: str, limit: int) -> None:
     """Recent occurrences, newest first."""
     out = call.api.request(
-        "GET", f"/api/v1/cron-jobs/{quote_segment(find_cron_id(call, cron))}/runs", params={"limit": limit}
+        "GET",
+        f"/api/v1/cron-jobs/{quote_segment(find_cron_id(call, cron))}/runs",
+        params={"limit": limit},
     )
     call.emit(
-        out, ("jobId", "scheduledFor", "status", "attempt", "latenessSeconds", "lastError"), out["runs"]
+        out,
+        ("jobId", "scheduledFor", "status", "attempt", "latenessSeconds", "lastError"),
+        out["runs"],
     )

@@ -23,8 +23,19 @@ __all__ = ["crons_apply", "crons_lint"]
 
 
 @api_command(crons, "apply")
-@click.option("-f", "--file", "path", required=True, type=click.Path(exists=True, dir_okay=False), help="The crons file (see `vakit crons lint`).")
-@click.option("--prune", is_flag=True, help="Also delete the crons the file owns (its 'owns' prefix) but no longer lists.")
+@click.option(
+    "-f",
+    "--file",
+    "path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The crons file (see `vakit crons lint`).",
+)
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Also delete the crons the file owns (its 'owns' prefix) but no longer lists.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the changes, make none.")
 def crons_apply(call: Call, path: str, prune: bool, dry_run: bool) -> None:
     """Make the server match a crons file: create, update (PATCH) and, with
@@ -49,9 +60,15 @@ def crons_apply(call: Call, path: str, prune: bool, dry_run: bool) -> None:
         if change.action == "create":
             call.api.request("POST", "/api/v1/cron-jobs", body=change.body)
         elif change.action == "update":
-            call.api.request("PATCH", f"/api/v1/cron-jobs/{quote_segment(change.cron_job_id or '')}", body=change.body)
+            call.api.request(
+                "PATCH",
+                f"/api/v1/cron-jobs/{quote_segment(change.cron_job_id or '')}",
+                body=change.body,
+            )
         elif change.action == "delete":
-            call.api.request("DELETE", f"/api/v1/cron-jobs/{quote_segment(change.cron_job_id or '')}")
+            call.api.request(
+                "DELETE", f"/api/v1/cron-jobs/{quote_segment(change.cron_job_id or '')}"
+            )
         else:
             continue
         done += 1
@@ -60,7 +77,10 @@ def crons_apply(call: Call, path: str, prune: bool, dry_run: bool) -> None:
 
 
 def _print_changes(changes: list[Change], extra: list[str], prune: bool, fmt: str) -> None:
-    counts = {a: sum(1 for c in changes if c.action == a) for a in ("create", "update", "delete", "unchanged")}
+    counts = {
+        a: sum(1 for c in changes if c.action == a)
+        for a in ("create", "update", "delete", "unchanged")
+    }
     if fmt != "table":
         data = {
             "changes": [
@@ -106,7 +126,13 @@ def _print_lint_errors(bad: list[LintResult]) -> None:
 
 @crons.command("lint")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
-@click.option("--count", type=click.IntRange(1, 100), default=5, show_default=True, help="Fires to show per cron.")
+@click.option(
+    "--count",
+    type=click.IntRange(1, 100),
+    default=5,
+    show_default=True,
+    help="Fires to show per cron.",
+)
 @click.option("-o", "--output", type=click.Choice(FORMATS), default="table", show_default=True)
 def crons_lint(path: str, count: int, output: str) -> None:
     """Check a crons file offline, as the server would, and show each cron's
@@ -145,7 +171,10 @@ def crons_lint(path: str, count: int, output: str) -> None:
                 f"(dstPolicy {spec.dstPolicy}, monthEndPolicy {spec.monthEndPolicy})"
             )
             for fire in r.fires:
-                click.echo(f"    {fire.local:%Y-%m-%d %H:%M %Z}  ({fire.scheduled_for:%Y-%m-%dT%H:%M:%SZ})" + (f"  {fire.note}" if fire.note else ""))
+                click.echo(
+                    f"    {fire.local:%Y-%m-%d %H:%M %Z}  ({fire.scheduled_for:%Y-%m-%dT%H:%M:%SZ})"
+                    + (f"  {fire.note}" if fire.note else "")
+                )
             shown = {f.scheduled_for for f in r.fires}
             for fire in r.notes_ahead:
                 if fire.scheduled_for not in shown:

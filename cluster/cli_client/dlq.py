@@ -23,11 +23,15 @@ def dlq() -> None:
 
 @api_command(dlq, "list")
 @search_filters
-@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True, help="Jobs per page.")
+@click.option(
+    "--limit", type=click.IntRange(1, 500), default=50, show_default=True, help="Jobs per page."
+)
 @click.option("--cursor", help="A page's nextCursor.")
 @click.option("--all", "every", is_flag=True, help="Follow nextCursor to the last page.")
 @click.option("--attempts", is_flag=True, help="Include each job's attempt log (json/yaml).")
-def dlq_list(call: Call, limit: int, cursor: str | None, every: bool, attempts: bool, **flags: Any) -> None:
+def dlq_list(
+    call: Call, limit: int, cursor: str | None, every: bool, attempts: bool, **flags: Any
+) -> None:
     """The FAILED jobs, newest first, with their last error."""
     params = {**filter_fields(call, flags), "status": ["FAILED"], "limit": limit,
               "cursor": cursor, "attempts": attempts or None}  # fmt: skip
@@ -36,10 +40,14 @@ def dlq_list(call: Call, limit: int, cursor: str | None, every: bool, attempts: 
 
 @api_command(dlq, "retry")
 @click.argument("job_ids", nargs=-1)
-@click.option("--all", "every", is_flag=True, help="Every FAILED job the filters match, in calls of --limit.")
+@click.option(
+    "--all", "every", is_flag=True, help="Every FAILED job the filters match, in calls of --limit."
+)
 @search_filters
 @click.option("--include-cancelled", is_flag=True, help="With --all: CANCELLED jobs too.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Jobs per call.")
+@click.option(
+    "--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Jobs per call."
+)
 @click.option("--dry-run", is_flag=True, help="With --all: list the jobs that would run again.")
 def dlq_retry(
     call: Call, job_ids: tuple[str, ...], every: bool, include_cancelled: bool, limit: int,
@@ -70,11 +78,19 @@ def dlq_retry(
         body["cursor"] = out.get("nextCursor")
         if dry_run or not out["more"] or not body["cursor"]:
             break
-    result = {"dryRun": dry_run, "jobIds": acted, "failed": failed, "missingShards": sorted(missing)}
+    result = {
+        "dryRun": dry_run,
+        "jobIds": acted,
+        "failed": failed,
+        "missingShards": sorted(missing),
+    }
     call.emit(result, ("jobId",), [{"jobId": j} for j in acted])
     if call.fmt == "table":
-        click.echo(f"{len(acted)} job(s) {'would be ' if dry_run else ''}retried, {len(failed)} refused")
+        click.echo(
+            f"{len(acted)} job(s) {'would be ' if dry_run else ''}retried, {len(failed)} refused"
+        )
     if failed or missing:
         raise click.ClickException(
-            f"{len(failed)} refused" + (f"; shard(s) {sorted(missing)} could not be read" if missing else "")
+            f"{len(failed)} refused"
+            + (f"; shard(s) {sorted(missing)} could not be read" if missing else "")
         )

@@ -22,7 +22,9 @@ def search_filters(f: Callable[..., Any]) -> Callable[..., Any]:
     """The job search's filters, as options (GET /jobs, POST /jobs:retry|cancel)."""
     options = [
         click.option("--type", "type_", help="Only jobs of this type."),
-        click.option("--cron", "cron", metavar="CRON", help="Only this cron job's occurrences (id or name)."),
+        click.option(
+            "--cron", "cron", metavar="CRON", help="Only this cron job's occurrences (id or name)."
+        ),
         click.option("--run-at-from", metavar="TIME", help="RFC 3339: runAt at or after it."),
         click.option("--run-at-to", metavar="TIME", help="RFC 3339: runAt before it."),
         click.option("--finished-from", metavar="TIME", help="RFC 3339: finished at or after it."),
@@ -50,9 +52,7 @@ def statuses(values: tuple[str, ...]) -> list[str]:
     return [s.strip().upper() for v in values for s in v.split(",") if s.strip()]
 
 
-def search_jobs(
-    call: Call, params: dict[str, Any], every: bool, columns: tuple[str, ...]
-) -> None:
+def search_jobs(call: Call, params: dict[str, Any], every: bool, columns: tuple[str, ...]) -> None:
     """GET /jobs, one page or (``every``) all of them; a shard that could not
     be read makes the answer incomplete: said on stderr, and exit 1."""
     items: list[dict[str, Any]] = []
@@ -65,7 +65,9 @@ def search_jobs(
         cursor = page.get("nextCursor")
         if not every or not cursor:
             break
-    call.emit({"items": items, "nextCursor": cursor, "missingShards": sorted(missing)}, columns, items)
+    call.emit(
+        {"items": items, "nextCursor": cursor, "missingShards": sorted(missing)}, columns, items
+    )
     if call.fmt == "table" and cursor:
         click.echo(f"(more: --cursor {cursor}, or --all)")
     if missing:

@@ -1,5 +1,4 @@
-"""``vakit jobs``: find, inspect, cancel and retry jobs.
-"""
+"""``vakit jobs``: find, inspect, cancel and retry jobs."""
 
 from __future__ import annotations
 
@@ -33,25 +32,58 @@ def jobs_get(call: Call, job_id: str) -> None:
     if call.fmt != "table":
         call.emit(job)
         return
-    for key in ("jobId", "status", "type", "runAt", "scheduledFor", "attempt", "maxAttempts", "shard", "lastError"):
+    for key in (
+        "jobId",
+        "status",
+        "type",
+        "runAt",
+        "scheduledFor",
+        "attempt",
+        "maxAttempts",
+        "shard",
+        "lastError",
+    ):
         if key in job:
             click.echo(f"{key + ':':<14}{job[key] if job[key] is not None else '-'}")
     attempts = job.get("attempts") or []
     if attempts:
         click.echo("")
-        click.echo(table(attempts, ("attempt", "worker", "startedAt", "finishedAt", "outcome", "error")))
+        click.echo(
+            table(attempts, ("attempt", "worker", "startedAt", "finishedAt", "outcome", "error"))
+        )
 
 
 @api_command(jobs, "list")
-@click.option("--status", multiple=True, help="SCHEDULED, RUNNING, SUCCEEDED, FAILED, CANCELLED, SKIPPED; repeat or comma separate.")
+@click.option(
+    "--status",
+    multiple=True,
+    help="SCHEDULED, RUNNING, SUCCEEDED, FAILED, CANCELLED, SKIPPED; repeat or comma separate.",
+)
 @search_filters
-@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True, help="Jobs per page.")
+@click.option(
+    "--limit", type=click.IntRange(1, 500), default=50, show_default=True, help="Jobs per page."
+)
 @click.option("--cursor", help="A page's nextCursor.")
 @click.option("--all", "every", is_flag=True, help="Follow nextCursor to the last page.")
 @click.option("--attempts", is_flag=True, help="Include each job's attempt log (json/yaml).")
 # Not among search_filters: the bulk retry and cancel take no labels.
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Only jobs with this label (exact match); repeat: every one.")
-def jobs_list(call: Call, status: tuple[str, ...], limit: int, cursor: str | None, every: bool, attempts: bool, labels: tuple[str, ...], **flags: Any) -> None:
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only jobs with this label (exact match); repeat: every one.",
+)
+def jobs_list(
+    call: Call,
+    status: tuple[str, ...],
+    limit: int,
+    cursor: str | None,
+    every: bool,
+    attempts: bool,
+    labels: tuple[str, ...],
+    **flags: Any,
+) -> None:
     """Search the owner's jobs on every shard, newest first."""
     params = {**filter_fields(call, flags), "status": statuses(status), "limit": limit,
               "cursor": cursor, "attempts": attempts or None, "label": list(labels)}  # fmt: skip

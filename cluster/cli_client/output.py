@@ -16,7 +16,9 @@ __all__ = ["FORMATS", "emit", "table"]
 FORMATS = ("table", "json", "yaml")
 
 
-def emit(data: Any, fmt: str, columns: Sequence[str] = (), rows: Sequence[Any] | None = None) -> None:
+def emit(
+    data: Any, fmt: str, columns: Sequence[str] = (), rows: Sequence[Any] | None = None
+) -> None:
     """Print ``data`` as ``fmt``. A table shows ``rows`` (default: ``data``
     itself, or ``[data]`` for one object) by ``columns``; JSON and YAML print
     ``data`` whole."""

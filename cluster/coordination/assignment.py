@@ -21,7 +21,9 @@ def _score(member_id: str, shard: int) -> bytes:
     return hashlib.blake2b(f"{member_id}\0{shard}".encode(), digest_size=8).digest()
 
 
-def _spread(items: Sequence[_T], bins: Sequence[_B], rank: Callable[[_T, _B], bytes]) -> dict[_T, _B]:
+def _spread(
+    items: Sequence[_T], bins: Sequence[_B], rank: Callable[[_T, _B], bytes]
+) -> dict[_T, _B]:
     """Place each item in one bin, bin loads differing by at most one.
 
     Each item goes to its best-ranked bin that still has room (rendezvous

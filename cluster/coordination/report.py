@@ -36,10 +36,18 @@ async def cluster_status(
     if view is not None and coordination == "zookeeper":
         try:
             members = [
-                {"id": m.id, "host": m.host, "pid": m.pid, "version": m.version, "startedAt": m.started_at}
+                {
+                    "id": m.id,
+                    "host": m.host,
+                    "pid": m.pid,
+                    "version": m.version,
+                    "startedAt": m.started_at,
+                }
                 for m in await asyncio.to_thread(view.members)
             ]
-            zk_shards = {s.shard: s for s in await asyncio.to_thread(view.shards, store.shard_count)}
+            zk_shards = {
+                s.shard: s for s in await asyncio.to_thread(view.shards, store.shard_count)
+            }
         except VakitError:
             # ZooKeeper is away: owners and leaders are unknown, but the
             # backlog (what the on-call needs most) still comes from the shards.

@@ -99,7 +99,10 @@ class ZkCoordinator:
             timeout=session_timeout,
             # Reconnect forever; the cap keeps recovery after an outage quick.
             connection_retry=KazooRetry(
-                max_tries=-1, delay=0.1, backoff=2, max_delay=min(2.0, max(0.5, session_timeout / 4))
+                max_tries=-1,
+                delay=0.1,
+                backoff=2,
+                max_delay=min(2.0, max(0.5, session_timeout / 4)),
             ),
             command_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
         )

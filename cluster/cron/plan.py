@@ -153,7 +153,14 @@ class ScheduleCache:
 
     def slots(self, cron: CronTiming) -> Slots:
         seed = cron.id_text if _needs_seed(cron.schedule) else ""
-        key = (cron.schedule, cron.time_zone, cron.anchor, seed, cron.month_end_policy, cron.dst_policy)
+        key = (
+            cron.schedule,
+            cron.time_zone,
+            cron.anchor,
+            seed,
+            cron.month_end_policy,
+            cron.dst_policy,
+        )
         memo = self._memos.get(key)
         if memo is None:
             if len(self._memos) >= _MEMO_SCHEDULES:
@@ -234,7 +241,9 @@ def plan(
         if len(slots) >= _MAX_SLOTS_SCANNED and cursor < late_edge:
             # Jump over the rest of a very long outage; counted as missed.
             jumped = schedule.next_fire(late_edge)
-            out.missed_misfire += 1  # at least one more; the exact count is not worth a year of math
+            out.missed_misfire += (
+                1  # at least one more; the exact count is not worth a year of math
+            )
             cursor = jumped.scheduled_for if jumped else None
             continue
         nxt = schedule.next_fire(cursor)

@@ -224,7 +224,9 @@ class CronSchedule(Schedule):
                     if not matched and day == n_days and clamp_from > n_days:
                         # CLAMP: the 29th-31st a month lacks fire on its last day.
                         matched = dow if f.dow_star else True
-                        note = _clamp_note(sorted(d for d in f.days if d > n_days), year, month, day)
+                        note = _clamp_note(
+                            sorted(d for d in f.days if d > n_days), year, month, day
+                        )
                     if matched:
                         found = date(year, month, day)
                         if found > _LAST_DAY:

@@ -26,4 +26,3 @@ class BacklogProbe:
         metrics.BACKLOG.labels(str(shard)).set(stats.due)
         metrics.OLDEST_DUE_AGE.labels(str(shard)).set(stats.oldest_due_age_seconds)
         return stats.due
-

@@ -49,11 +49,16 @@ class Janitor:
         result = await self.store.maintain_history(
             shard,
             MaintainHistoryParams(
-                retention_days=self.retention_days, today=today, batch=self.batch, batches=self.batches
+                retention_days=self.retention_days,
+                today=today,
+                batch=self.batch,
+                batches=self.batches,
             ),
         )
         if result.dropped_partitions:
-            log.info("dropped history partitions %s", result.dropped_partitions, extra={"shard": shard})
+            log.info(
+                "dropped history partitions %s", result.dropped_partitions, extra={"shard": shard}
+            )
         if self.crons is not None and result.cutoff is not None:
             pruned = await self._prune_occurrences(self.crons, shard, result.cutoff)
             if pruned:

@@ -87,7 +87,9 @@ class LeaderLoop:
             self._running.add(shard)
             try:
                 total += await self.task.run_once(shard)
-                metrics.MAINTENANCE_LAST_SUCCESS.labels(self.task.name, str(shard)).set_to_current_time()
+                metrics.MAINTENANCE_LAST_SUCCESS.labels(
+                    self.task.name, str(shard)
+                ).set_to_current_time()
             except VakitError as exc:
                 log.warning("%s failed: %s", self.task.name, exc, extra={"shard": shard})
             except Exception:
@@ -97,7 +99,9 @@ class LeaderLoop:
 
     async def run(self, stopping: asyncio.Event) -> None:
         listening = (
-            asyncio.create_task(self._listen_while_ours(stopping)) if self.wakes is not None else None
+            asyncio.create_task(self._listen_while_ours(stopping))
+            if self.wakes is not None
+            else None
         )
         try:
             while not stopping.is_set():

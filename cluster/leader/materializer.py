@@ -267,7 +267,9 @@ class Materializer:
                 # A definition that no longer parses (a zone gone from the
                 # tz database) must not hold up the rest of the page.
                 log.error(
-                    "cron cannot be planned: %s", exc, extra={"cron_id": cron.id_text, "shard": shard}
+                    "cron cannot be planned: %s",
+                    exc,
+                    extra={"cron_id": cron.id_text, "shard": shard},
                 )
                 continue
             if (
@@ -303,7 +305,9 @@ class Materializer:
         self._account(shard, planned, result)
         return result.created
 
-    def _account(self, shard: int, planned: Sequence[tuple[DueCron, Plan]], result: MaterializeResult) -> None:
+    def _account(
+        self, shard: int, planned: Sequence[tuple[DueCron, Plan]], result: MaterializeResult
+    ) -> None:
         lost = 0
         for cron, p in planned:
             if cron.id not in result.advanced:
@@ -369,7 +373,9 @@ class Materializer:
                     nxt = self.schedules.slots(cron).next_fire(state.last_finished or now)
                 except VakitError as exc:
                     log.error(
-                        "cron cannot be planned: %s", exc, extra={"cron_id": cron.id_text, "shard": shard}
+                        "cron cannot be planned: %s",
+                        exc,
+                        extra={"cron_id": cron.id_text, "shard": shard},
                     )
                     continue
                 if nxt is None or exhausted(cron):
@@ -380,7 +386,9 @@ class Materializer:
             if items:
                 await self.crons.materialize(
                     shard,
-                    MaterializeBatchParams(tuple(items), now=now, far_horizon_seconds=self.far_horizon),
+                    MaterializeBatchParams(
+                        tuple(items), now=now, far_horizon_seconds=self.far_horizon
+                    ),
                 )
             if len(waiting) < self.page_size:
                 return 0
@@ -428,7 +436,9 @@ class Materializer:
         since = self._deferred_since.get(shard)
         if since is None:
             self._deferred_since[shard] = since = now
-            log.info("cron fold waits for the backlog to drain", extra={"shard": shard, "backlog": due})
+            log.info(
+                "cron fold waits for the backlog to drain", extra={"shard": shard, "backlog": due}
+            )
         return now - since < self.max_fold_deferral
 
     def forget(self, shard: int) -> None:

@@ -31,4 +31,3 @@ class Mover:
                 metrics.MOVED.labels(str(shard)).inc(n)
             if n < self.batch:
                 return total
-

@@ -42,7 +42,9 @@ class _Sink(BaseHTTPRequestHandler):
         return None
 
 
-def _call(api: str, token: str, method: str, path: str, body: Any = None, key: str | None = None) -> tuple[int, Any]:
+def _call(
+    api: str, token: str, method: str, path: str, body: Any = None, key: str | None = None
+) -> tuple[int, Any]:
     req = urllib.request.Request(api + path, method=method)
     req.add_header("Authorization", f"Bearer {token}")
     data = None
@@ -86,8 +88,13 @@ def run_demo(api: str, token: str, stop: threading.Event) -> None:
         print(f"  POST /jobs {kind:<18} runAt=+{delay}s -> {status} {out}", flush=True)
         ids.append(out["jobId"])
         if i == 0:
-            status, again = _call(api, token, "POST", "/api/v1/jobs", body, key=f"demo-{now:%H%M%S}-{i}")
-            print(f"  POST /jobs again, same Idempotency-Key -> {status} {again} (no new job)", flush=True)
+            status, again = _call(
+                api, token, "POST", "/api/v1/jobs", body, key=f"demo-{now:%H%M%S}-{i}"
+            )
+            print(
+                f"  POST /jobs again, same Idempotency-Key -> {status} {again} (no new job)",
+                flush=True,
+            )
     cron = {
         "name": f"demo-every-minute-{now:%H%M%S}",
         "schedule": "* * * * *",

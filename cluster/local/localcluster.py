@@ -179,7 +179,9 @@ class LocalCluster:
         worker has polled all its shards."""
         deadline = time.monotonic() + timeout
         last: Any = None
-        urls = [self.api_url + "/readyz"] + [f"http://127.0.0.1:{p}/readyz" for p in self.worker_ports]
+        urls = [self.api_url + "/readyz"] + [
+            f"http://127.0.0.1:{p}/readyz" for p in self.worker_ports
+        ]
         while time.monotonic() < deadline:
             for proc in self.procs:
                 if proc.poll() is not None:
@@ -265,7 +267,9 @@ def run_foreground(cluster: LocalCluster, demo: bool) -> int:
         while not stop.is_set():
             for proc in cluster.procs:
                 if proc.poll() is not None:
-                    print(f"process {proc.args!r} exited with {proc.returncode}; stopping", flush=True)
+                    print(
+                        f"process {proc.args!r} exited with {proc.returncode}; stopping", flush=True
+                    )
                     stop.set()
             stop.wait(1.0)
         return 0

@@ -3,11 +3,13 @@ cron store seam and the materializer."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import shardmap
@@ -115,13 +117,11 @@ class CronDefinition(NamedTuple):
         """A stable digest of what the definition says (its name aside): a
         create that repeats a name with the same digest is a repeat (200),
         with another a conflict (409). Stored: the recipe must not change."""
-        defining = {k: getattr(self, k) for k in _DEFINING}
-        for key, default in _OPTIONAL_DEFAULTS.items():
-            value = getattr(self, key)
+        defining = dict(zip(_DEFINING, _defining_values(self), strict=True))
+        for (key, default), value in zip(_OPTIONAL, _optional_values(self), strict=True):
             if value != default:
                 defining[key] = value
-        canonical = json.dumps(defining, sort_keys=True, default=str)
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return hashlib.sha256(_FINGERPRINT_JSON.encode(defining).encode()).hexdigest()
 
     def record(
         self,
@@ -135,19 +135,27 @@ class CronDefinition(NamedTuple):
         """The record that keeps this definition (what a builder decided:
         its id, its schedule's kind and anchor, its first slot)."""
         values = self._asdict()
-        values["type"] = self.record_type
-        return CronRecord(
+        values.update(
+            type=self.record_type,
             id=id,
             owner=owner,
             schedule_kind=schedule_kind,
             anchor=anchor,
             next_fire_at=next_fire_at,
             fingerprint=self.fingerprint(),
-            **values,
         )
+        return _new_record(values)
 
 
 _DEFINITION_FIELDS = CronDefinition._fields
+# The fingerprint's values read by position (a named tuple's getattr per
+# field was a tenth of a create's build), and its encoder made once:
+# ``json.dumps`` with options makes a new one a call. The text is exactly
+# ``json.dumps(defining, sort_keys=True, default=str)``'s, as stored.
+_defining_values = itemgetter(*(_DEFINITION_FIELDS.index(k) for k in _DEFINING))
+_OPTIONAL = tuple(_OPTIONAL_DEFAULTS.items())
+_optional_values = itemgetter(*(_DEFINITION_FIELDS.index(k) for k in _OPTIONAL_DEFAULTS))
+_FINGERPRINT_JSON = json.JSONEncoder(sort_keys=True, default=str)
 
 
 @dataclass(frozen=True)
@@ -208,8 +216,8 @@ class CronRecord:
     def from_row(cls, row: dict[str, Any]) -> CronRecord:
         """A ``cron_jobs`` row: the definition's columns as
         :mod:`cluster.model.columns` lists them, then the cron's state."""
-        return cls(
-            **{c.field: row[c.name] for c in CRON_READ if c.field is not None},
+        values = dict(zip(_READ_FIELDS, _read_values(row), strict=True))
+        values.update(
             last_fire_at=row["last_fire_at"],
             last_success_at=_later(row["last_success_at"], row.get("recent_success_at")),
             missed_count=row["missed_count"],
@@ -221,6 +229,30 @@ class CronRecord:
             pause_reason=row.get("pause_reason"),
             **_last_result(row),
         )
+        return _new_record(values)
+
+
+# A record's described fields and the columns they are read from, by name.
+_READ_FIELDS = tuple(c.field for c in CRON_READ if c.field is not None)
+_read_values = itemgetter(*(c.name for c in CRON_READ))
+# A batch create makes two records a cron (its definition's, and the row's
+# the insert returns), 2,000 a batch. A frozen dataclass's __init__ sets the
+# 36 fields one object.__setattr__ at a time (7 us); filling the new
+# record's __dict__ at once makes the same object in a tenth of that, as
+# the job store's records are made (cluster/store/postgres/rows.py).
+# tests/unit/test_cron_records.py holds both makers equal to __init__'s.
+_RECORD_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(CronRecord) if f.default is not dataclasses.MISSING
+}
+
+
+def _new_record(values: dict[str, Any]) -> CronRecord:
+    """A record of ``values``: every field without a default, and any other."""
+    record: CronRecord = object.__new__(CronRecord)
+    fields = record.__dict__
+    fields.update(_RECORD_DEFAULTS)
+    fields.update(values)
+    return record
 
 
 @dataclass(frozen=True)

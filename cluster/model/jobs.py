@@ -235,7 +235,9 @@ class ClaimedJob(NamedTuple):
     cron_id: uuid.UUID | None = None
     concurrency: str | None = None  # a cron occurrence's policy: ALLOW, FORBID, REPLACE
     deadline_at: datetime | None = None  # a cron occurrence must start by then, or is skipped
-    owner: str | None = None  # the owner service: whose grants apply, whose secret signs, the dead-letter metric's label
+    owner: str | None = (
+        None  # the owner service: whose grants apply, whose secret signs, the dead-letter metric's label
+    )
 
     @property
     def lease(self) -> Lease:

@@ -141,4 +141,3 @@ class BackfillParams:
 @dataclass(frozen=True)
 class BackfillResult:
     slots: tuple[BackfillSlot, ...]
-

@@ -177,6 +177,8 @@ class ReshardControl:
         return {
             "epoch": current.epoch,
             "shardCount": current.shard_count,
+            # The map itself, as runs of slots with one owner: [first, last, shard].
+            "runs": [list(run) for run in current.runs()],
             "shards": shards,
             "move": MoveRecord.from_json(body).summary() if body else None,
         }

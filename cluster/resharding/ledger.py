@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from cluster.instants import format_instant
 from shardmap import SlotMap
 
 __all__ = ["STEPS", "Batch", "MoveLedger", "MoveRecord"]
@@ -91,12 +93,39 @@ class MoveRecord:
         return left * (self.rows_copied / self.slots_done) / rate
 
     def summary(self) -> dict[str, Any]:
-        """The record as ``vakit shards status`` shows it."""
+        """The record as the API and ``vakit shards status`` show it (camelCase)."""
+        batch = self.batch
         return {
-            **self.to_json(),
+            "id": self.id,
+            "kind": self.kind,
+            "drain": self.drain,
+            "state": self.state,
+            "startedAt": _instant(self.started_at),
+            "updatedAt": _instant(self.updated_at),
+            "slotsPlanned": self.slots_planned,
+            "slotsDone": self.slots_done,
+            "rowsCopied": self.rows_copied,
+            "rowsByTable": dict(self.tables),
+            "copySeconds": round(self.copy_seconds, 3),
+            "batches": self.batches,
+            "batch": (
+                {
+                    "slots": len(batch.slots),
+                    "source": batch.source,
+                    "target": batch.target,
+                    "step": batch.step,
+                }
+                if batch
+                else None
+            ),
+            "note": self.note,
             "ratePerSecond": self.rate(),
             "etaSeconds": self.eta_seconds(),
         }
+
+
+def _instant(posix: float) -> str:
+    return format_instant(datetime.fromtimestamp(posix, UTC))
 
 
 class MoveLedger(Protocol):

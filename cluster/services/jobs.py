@@ -17,6 +17,7 @@ import shardmap
 from cluster import logs, tracing
 from cluster.errors import (
     Conflict,
+    IdempotencyKeyExpired,
     IdempotencyKeyInFlight,
     InvalidRequest,
     NotFound,
@@ -146,9 +147,26 @@ async def _create_keyed(
         )
     ctx.keys_in_flight.add(in_flight)
     try:
-        return await on_owner(ctx, params.id, lambda shard: ctx.store.create_job(shard, params))
+        try:
+            return await on_owner(ctx, params.id, lambda shard: ctx.store.create_job(shard, params))
+        except IdempotencyKeyExpired as exc:
+            # The key moved with its slot; the job's history may have stayed
+            # on the shard that ran it (a finished job is not moved).
+            found = await _elsewhere(ctx, exc, owner) if ctx.shards.epoch > 0 else None
+            if found is None:
+                raise
+            return CreateResult(found, created=False)
     finally:
         ctx.keys_in_flight.discard(in_flight)
+
+
+async def _elsewhere(ctx: Services, exc: IdempotencyKeyExpired, owner: str) -> JobRecord | None:
+    """The job a moved key names, on a shard other than the key's."""
+    params = GetJobParams(exc.job_id, owner)
+    for shard in range(ctx.store.shard_count):
+        if shard != exc.fields.get("shard") and (job := await ctx.store.get_job(shard, params)):
+            return job
+    return None
 
 
 async def _create_anywhere(ctx: Services, params: CreateJobParams) -> CreateResult:
@@ -228,6 +246,12 @@ async def create_jobs(
         return await ctx.store.create_jobs(shard, CreateJobsParams(tuple(jobs)))
 
     outcomes.update(await write_by_shard(by_shard, write))
+    if ctx.shards.epoch > 0:
+        for index, outcome in list(outcomes.items()):
+            if isinstance(outcome, IdempotencyKeyExpired):
+                found = await _elsewhere(ctx, outcome, owner)
+                if found is not None:
+                    outcomes[index] = CreateResult(found, created=False)
     created = sum(1 for o in outcomes.values() if isinstance(o, CreateResult) and o.created)
     ctx.limits.created_jobs(owner, created)
     return outcomes

@@ -92,7 +92,9 @@ class Coalescer(Generic[T, R]):
             self._running[shard] -= 1
 
 
-def _settle(batch: list[tuple[T, asyncio.Future[R]]], outcomes: Sequence[R | BaseException]) -> None:
+def _settle(
+    batch: list[tuple[T, asyncio.Future[R]]], outcomes: Sequence[R | BaseException]
+) -> None:
     for (_, future), outcome in zip(batch, outcomes, strict=True):
         if future.done():  # its caller went away (a cancelled request)
             continue

@@ -42,7 +42,11 @@ def migrate_shard(dsn: str, shard: int | None = None) -> list[int]:
                     continue
                 log.info(
                     "applying migration",
-                    extra={"shard": shard, "version": migration.version, "migration": migration.name},
+                    extra={
+                        "shard": shard,
+                        "version": migration.version,
+                        "migration": migration.name,
+                    },
                 )
                 conn.execute(migration.sql.encode())
                 conn.execute(

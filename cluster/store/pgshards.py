@@ -182,7 +182,10 @@ class _Checkout:
         return conn
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         conn, watchdog, shards, shard = self._conn, self._watchdog, self._shards, self._shard
         assert conn is not None and watchdog is not None
@@ -278,7 +281,10 @@ class PgShards:
         self._returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         self._check_timeout = timeout
         # What every connection to a shard is opened with, pooled or not.
-        self._connect_kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, int(timeout))}
+        self._connect_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(1, int(timeout)),
+        }
         # A server honouring statement_timeout has answered by then; the
         # rest is for the network.
         self.request_timeout = statement_timeout + timeout
@@ -438,7 +444,11 @@ class PgShards:
                 f"db {name}",
                 seconds,
                 kind="client",
-                attributes={"db.system": "postgresql", "db.operation.name": name, "vakit.shard": shard},
+                attributes={
+                    "db.system": "postgresql",
+                    "db.operation.name": name,
+                    "vakit.shard": shard,
+                },
             )
 
     @wrap_exceptions

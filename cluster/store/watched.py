@@ -75,6 +75,7 @@ class Statement:
         self.sql = sql.encode()
         self.formats = formats
 
+
 # psycopg's default for AsyncConnection.wait (connection_async._WAIT_INTERVAL).
 _WAIT_INTERVAL = 0.1
 _INTERRUPTED = (asyncio.CancelledError, KeyboardInterrupt, SystemExit)
@@ -160,7 +161,9 @@ class WatchedConnection(psycopg.AsyncConnection[Any]):
 
     _watch: _Watch | None = None
     _unwatch_on_gc: weakref.finalize[[], WatchedConnection] | None = None
-    _vakit_prepared: frozenset[bytes] = frozenset()  # Statement names prepared here (psycopg has _prepared)
+    _vakit_prepared: frozenset[bytes] = (
+        frozenset()
+    )  # Statement names prepared here (psycopg has _prepared)
 
     async def run(self, statement: Statement, params: Sequence[bytes | None]) -> None:
         """``statement`` with ``params`` (each in its statement's format,
@@ -298,4 +301,3 @@ class _Interrupted(_Resumed):
         if exc is not None:
             raise exc
         return super().__next__()
-

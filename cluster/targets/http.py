@@ -207,7 +207,9 @@ class HttpTarget:
                 status = resp.status
                 # Read a little of the body for lastError, and so the
                 # connection can go back to the keep-alive pool.
-                text = (await resp.content.read(512)).decode(errors="replace") if status >= 300 else ""
+                text = (
+                    (await resp.content.read(512)).decode(errors="replace") if status >= 300 else ""
+                )
         except TimeoutError:
             return FireResult.retry(f"timed out after {timeout:g} s")
         except (aiohttp.ClientError, OSError) as exc:

@@ -247,7 +247,9 @@ class KafkaTarget:
         ]
         if job.owner is not None:
             headers.append(("Vakit-Owner", job.owner.encode()))
-        headers.extend((name, v.encode()) for name, v in self._signer.headers(job.owner, ikey, value))
+        headers.extend(
+            (name, v.encode()) for name, v in self._signer.headers(job.owner, ikey, value)
+        )
         trace: dict[str, str] = {}
         tracing.inject(trace, job.target.get("traceparent"))
         if trace:

@@ -92,9 +92,7 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | Non
         return address.ipv4_mapped
     if address.sixtofour is not None:
         return address.sixtofour
-    if any(address in net for net in _NAT64) or (
-        address in _IPV4_COMPATIBLE and int(address) > 1
-    ):
+    if any(address in net for net in _NAT64) or (address in _IPV4_COMPATIBLE and int(address) > 1):
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 

@@ -87,8 +87,7 @@ def check_topic_name(topic: str) -> None:
     not one of the broker's own (``_…``), not ``.`` or ``..``."""
     if not _TOPIC.match(topic):
         raise TargetRefused(
-            f"topic {topic!r} is not a valid Kafka topic name "
-            "(1 to 249 of A-Z a-z 0-9 . _ -)",
+            f"topic {topic!r} is not a valid Kafka topic name (1 to 249 of A-Z a-z 0-9 . _ -)",
             field="target.topic",
         )
     if topic.startswith("_"):

@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import shardmap
 from cluster import metrics
@@ -60,6 +61,11 @@ __all__ = ["InFlight", "Worker", "default_worker_id"]
 _SLICE = 5_000
 # Seconds before an outcome refused by a shard whose slot is moving is tried again.
 _MOVING_RETRY = 0.2
+# How long after its lease an outcome refused by a moving slot is still tried:
+# heartbeats are refused too while the slot is fenced, and the move gives a
+# moved RUNNING row a lease of a minute (store/postgres/moves.py); the write
+# is fenced by its attempt whenever it lands, so trying late is harmless.
+_MOVING_PATIENCE = timedelta(seconds=60)
 
 log = logging.getLogger(__name__)
 
@@ -382,7 +388,7 @@ class Worker:
         meanwhile (a cancelled move serves the slot here again). Given up
         once the lease is over: the new owner's reaper runs the job again."""
         jid = result.lease.id
-        if entry is not None and entry.lease_until < self.clock.now():
+        if entry is not None and entry.lease_until < self.clock.now() - _MOVING_PATIENCE:
             log.warning(
                 "completion given up: the slot moved and the lease ran out", extra=log_fields(entry)
             )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -25,14 +25,17 @@ import pytest
 import shardmap
 from cluster.local.pgserver import PgServer
 from tests.helpers import wait_for
+from tests.integration.test_cli import as_json, ok, vakit
 from tests.load import Load
 from tests.pgfixtures import drop_databases
-from tests.procs import TOKEN, FaultSink, ProcessHarness
+from tests.procs import TOKEN, FaultSink, ProcessHarness, VakitProcess
 from tests.shards import rows
 
 pytestmark = pytest.mark.faults
 
 MOVABLE = "SELECT id FROM jobs UNION ALL SELECT id FROM jobs_far"
+# The fault harness's token is an operator's (tests/procs.py).
+AS_OPERATOR = {"VAKIT_TOKEN": TOKEN}
 HELD = (
     "SELECT 1 FROM jobs WHERE id = %(id)s UNION ALL SELECT 1 FROM jobs_far WHERE id = %(id)s"
     " UNION ALL SELECT 1 FROM job_history WHERE id = %(id)s"
@@ -61,8 +64,63 @@ def status(base_url: str) -> dict[str, Any]:
 def test_a_mover_killed_mid_move_loses_and_doubles_nothing(
     procs: ProcessHarness, sink: FaultSink, zk_connect: str, new_dsn: str
 ) -> None:
-    # Small batches, so that the kill lands between two of them or inside one.
-    api = procs.api(zk=zk_connect, reshard_batch_slots=64)
+    """SIGKILL of the API process running the mover; a new one resumes it."""
+
+    def kill(api: VakitProcess) -> None:
+        api.sigkill()
+
+    move_through_a_fault(procs, sink, zk_connect, new_dsn, kill, drain=True)
+
+
+def test_a_mover_paused_past_its_session_is_fenced_out(
+    procs: ProcessHarness, sink: FaultSink, zk_connect: str, new_dsn: str
+) -> None:
+    """SIGSTOP of the API running the mover for longer than its ZooKeeper
+    session: the session expires, the lock goes to a new API process, which
+    finishes the move; the paused one wakes, finds its lock gone and writes
+    nothing (no slot ends fenced on its owner, none served twice)."""
+    paused: list[VakitProcess] = []
+
+    def pause(api: VakitProcess) -> None:
+        api.sigstop()
+        paused.append(api)
+
+    move_through_a_fault(procs, sink, zk_connect, new_dsn, pause, zk_session_timeout=4)
+    (api,) = paused
+    api.sigcont()
+    time.sleep(6.0)  # it wakes, notices its session is gone, and must touch nothing
+    dsns = [*procs.shards, new_dsn]
+    final = status_of_shards(procs, new_dsn)
+    for shard, dsn in enumerate(dsns):
+        fenced = {slot for (slot,) in rows([dsn], "SELECT slot FROM slot_fences")}
+        owned = set(final[shard])
+        assert not fenced & owned, (shard, sorted(fenced & owned)[:5])
+
+
+def status_of_shards(procs: ProcessHarness, new_dsn: str) -> dict[int, list[int]]:
+    """Each shard's slots, from the map the running API reports."""
+    live = next(p for p in reversed(procs.processes) if p.role == "api" and p.alive())
+    out: dict[int, list[int]] = {}
+    for first, last, shard in status(live.base_url)["runs"]:
+        out.setdefault(shard, []).extend(range(first, last + 1))
+    return out
+
+
+def move_through_a_fault(
+    procs: ProcessHarness,
+    sink: FaultSink,
+    zk_connect: str,
+    new_dsn: str,
+    fault: Callable[[VakitProcess], None],
+    drain: bool = False,
+    **settings: Any,
+) -> None:
+    """Add a shard and rebalance under keyed load, with ``fault`` done to the
+    API running the mover midway; with ``drain``, then drain the new shard
+    out again with the CLI (``vakit shards drain 2 --wait``). The audit
+    follows: one job per key, each fired once, no row on two shards."""
+    # Small batches, so that the fault lands between two of them or inside one.
+    api = procs.api(zk=zk_connect, reshard_batch_slots=64, **settings)
     workers = [procs.worker(f"worker-{c}", zk=zk_connect) for c in "ab"]
     api.wait_ready()
     for w in workers:
@@ -80,18 +138,26 @@ def test_a_mover_killed_mid_move_loses_and_doubles_nothing(
             lambda: (status(api.base_url)["move"] or {}).get("slotsDone", 0) >= 128,
             timeout=60,
             interval=0.05,
-            what="slots moved before the kill",
+            what="slots moved before the fault",
         )
-        api.sigkill()
-        again = procs.api("api-2", start=False, zk=zk_connect, reshard_batch_slots=64)
-        again.port = api.port
+        fault(api)
+        again = procs.api("api-2", start=False, zk=zk_connect, reshard_batch_slots=64, **settings)
         again.start().wait_ready()
+        load.base_url = again.base_url
         wait_for(
             lambda: status(again.base_url)["move"]["state"] == "done",
             timeout=120,
             what="the move resumed and done",
         )
         moved = status(again.base_url)
+        shown = as_json(vakit("shards", "status", "-o", "json", api=again, env=AS_OPERATOR))
+        assert shown["epoch"] == moved["epoch"] and shown["move"]["state"] == "done"
+        if drain:
+            out = ok(vakit("shards", "drain", "2", "--wait", api=again, env=AS_OPERATOR))
+            assert "slot map epoch" in out
+            drained = status(again.base_url)
+            assert [s["slots"] for s in drained["shards"]][2] == 0
+            assert drained["move"]["kind"] == "drain" and drained["move"]["state"] == "done"
         time.sleep(1.0)  # creates on the final map too
     assert moved["epoch"] > 1 and sorted(s["slots"] for s in moved["shards"]) == [1365, 1365, 1366]
     statuses = {s for s, _ in load.answers.values()}

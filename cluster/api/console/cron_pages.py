@@ -123,7 +123,10 @@ async def cron_action(request: Request, cron_id: str, action: str) -> Response:
         form = await form_of(request)
         owner = session.owner(ctx)
         if action == "pause":
-            reason = form.get("reason", "").strip() or f"paused from the console by {session.principal.name}"
+            reason = (
+                form.get("reason", "").strip()
+                or f"paused from the console by {session.principal.name}"
+            )
             await cron_actions.pause_cron(ctx, owner, cron_id, reason[:500])
             return redirect_back(where, "paused")
         if action == "resume":

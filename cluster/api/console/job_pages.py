@@ -86,7 +86,9 @@ async def _job(request: Request, job_id: str, template: str, flash: str | None) 
     # or due within two minutes (a retry's backoff is shorter).
     soon = job.status == "SCHEDULED" and job.runAt - ctx.clock.now() < timedelta(minutes=2)
     poll = job.status == "RUNNING" or (soon and not job.paused)
-    return render_page(request, template, session=session, job=job, flash=flash_text(flash), poll=poll)
+    return render_page(
+        request, template, session=session, job=job, flash=flash_text(flash), poll=poll
+    )
 
 
 @router.get("/ui/jobs/{job_id}")

@@ -16,7 +16,9 @@ LATENESS_MINUTES = 15
 CHART_W, CHART_H = 300, 64
 
 
-def chart(series: list[LatenessMinuteOut], last: datetime, width: int, height: int) -> dict[str, Any]:
+def chart(
+    series: list[LatenessMinuteOut], last: datetime, width: int, height: int
+) -> dict[str, Any]:
     """A sparkline of p50 and p99 by minute, as SVG coordinates: drawn by the
     server, so the page loads no chart library. x is the minute (the
     window's first at 0, the current one at ``width``), y the seconds (the
@@ -27,7 +29,10 @@ def chart(series: list[LatenessMinuteOut], last: datetime, width: int, height: i
 
     def points(values: list[tuple[datetime, float]]) -> list[tuple[float, float]]:
         return [
-            (round((at - first).total_seconds() / 60 * step, 1), round(height - v / top * height, 1))
+            (
+                round((at - first).total_seconds() / 60 * step, 1),
+                round(height - v / top * height, 1),
+            )
             for at, v in values
             if first <= at <= last
         ]

@@ -49,7 +49,9 @@ async def signin(request: Request) -> Response:
     try:
         form = await form_of(request)
     except Forbidden as exc:
-        return render_page(request, "signin.html", status=403, next="/ui/crons", message=exc.message)
+        return render_page(
+            request, "signin.html", status=403, next="/ui/crons", message=exc.message
+        )
     token = form.get("token", "").strip()
     target = _safe_next(form.get("next"))
     try:

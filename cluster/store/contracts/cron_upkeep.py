@@ -50,7 +50,9 @@ class CronUpkeep(CronPending, Protocol):
         instant, up to ``params.until``: the size of the waves ahead."""
         ...
 
-    async def waiting_fixed_delay(self, shard: int, params: WaitingCronsParams) -> list[DueCron]: ...
+    async def waiting_fixed_delay(
+        self, shard: int, params: WaitingCronsParams
+    ) -> list[DueCron]: ...
 
     async def materialize(self, shard: int, params: MaterializeBatchParams) -> MaterializeResult:
         """Write many crons' occurrences and move their ``next_fire_at``, in

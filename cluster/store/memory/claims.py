@@ -41,14 +41,20 @@ class MemClaims(MemShards):
             else:
                 lo, hi = params.window
             due = sorted(
-                (r for r in s.rows.values() if not r.far and r.job.status is JobStatus.SCHEDULED and lo <= r.job.run_at < hi),
+                (
+                    r
+                    for r in s.rows.values()
+                    if not r.far and r.job.status is JobStatus.SCHEDULED and lo <= r.job.run_at < hi
+                ),
                 key=lambda r: r.job.run_at,
             )[: params.limit]
             out = []
             for row in due:
                 job = row.job
                 lease = min(job.timeout_seconds, params.lease_seconds) + params.grace_seconds
-                row.job = dataclasses.replace(job, status=JobStatus.RUNNING, attempt=job.attempt + 1)
+                row.job = dataclasses.replace(
+                    job, status=JobStatus.RUNNING, attempt=job.attempt + 1
+                )
                 row.locked_by = params.worker_id
                 row.claimed_at = now
                 row.lease_until = max(job.run_at, now) + timedelta(seconds=lease)
@@ -77,8 +83,11 @@ class MemClaims(MemShards):
             now = self._now(params.now)
             horizon = now + timedelta(seconds=params.horizon_seconds)
             ahead = sorted(
-                r.job.run_at for r in s.rows.values()
-                if not r.far and r.job.status is JobStatus.SCHEDULED and now < r.job.run_at <= horizon
+                r.job.run_at
+                for r in s.rows.values()
+                if not r.far
+                and r.job.status is JobStatus.SCHEDULED
+                and now < r.job.run_at <= horizon
             )[: params.limit]
             counts: dict[datetime, int] = {}
             for run_at in ahead:
@@ -121,7 +130,15 @@ class MemClaims(MemShards):
                 self._log(
                     s,
                     res.lease.id,
-                    AttemptRecord(res.lease.attempt, res.worker, res.started_at, now, outcome, res.error, res.lateness_seconds),
+                    AttemptRecord(
+                        res.lease.attempt,
+                        res.worker,
+                        res.started_at,
+                        now,
+                        outcome,
+                        res.error,
+                        res.lateness_seconds,
+                    ),
                 )
                 if res.outcome is Outcome.RETRY:
                     row.job = dataclasses.replace(
@@ -160,8 +177,13 @@ class MemClaims(MemShards):
                         s,
                         lease.id,
                         AttemptRecord(
-                            lease.attempt, params.worker, None, now, "RELEASED",
-                            "worker stopped before the attempt finished", None,
+                            lease.attempt,
+                            params.worker,
+                            None,
+                            now,
+                            "RELEASED",
+                            "worker stopped before the attempt finished",
+                            None,
                         ),
                     )
                 released.add(lease.id)
@@ -172,12 +194,19 @@ class MemClaims(MemShards):
         async with self._lock:
             now = self._now(params.now)
             running = [
-                r for r in s.rows.values()
-                if r.job.cron_id == params.cron_id and r.job.status is JobStatus.RUNNING and r.job.id != params.keep
+                r
+                for r in s.rows.values()
+                if r.job.cron_id == params.cron_id
+                and r.job.status is JobStatus.RUNNING
+                and r.job.id != params.keep
             ]
             for row in running:
                 self._to_history(
-                    s, row, JobStatus.CANCELLED, "replaced by a newer occurrence (concurrency REPLACE)", now
+                    s,
+                    row,
+                    JobStatus.CANCELLED,
+                    "replaced by a newer occurrence (concurrency REPLACE)",
+                    now,
                 )
             return len(running)
 

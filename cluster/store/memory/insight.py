@@ -36,7 +36,11 @@ class MemInsight(MemUpkeep):
         found: list[JobRecord] = []
         for row in s.rows.values():
             job = dataclasses.replace(row.job, finished_at=None)
-            if params.finished_from is None and params.finished_to is None and self._matches(job, params):
+            if (
+                params.finished_from is None
+                and params.finished_to is None
+                and self._matches(job, params)
+            ):
                 found.append(job)
         found += [j for j in s.history.values() if self._matches(j, params)]
         found.sort(key=lambda j: j.id, reverse=True)

@@ -6,7 +6,7 @@ import dataclasses
 import uuid
 from datetime import timedelta
 
-from cluster.errors import Conflict, IdempotencyKeyReused, NotFound
+from cluster.errors import Conflict, IdempotencyKeyExpired, IdempotencyKeyReused, NotFound
 from cluster.model import (
     AttemptRecord,
     CancelParams,
@@ -46,8 +46,9 @@ class MemIntake(MemShards):
                     )
                 existing = self._get(s, found.job_id, params.owner, False)
                 if existing is None:
-                    raise Conflict(
+                    raise IdempotencyKeyExpired(
                         "Idempotency-Key belongs to a job whose history has expired",
+                        found.job_id,
                         idempotency_key=params.idempotency_key,
                         shard=shard,
                     )
@@ -65,7 +66,9 @@ class MemIntake(MemShards):
                 shard=shard,
             )
         if params.idempotency_key is not None:
-            s.keys[(params.owner, params.idempotency_key)] = MemKey(params.id, params.fingerprint, now)
+            s.keys[(params.owner, params.idempotency_key)] = MemKey(
+                params.id, params.fingerprint, now
+            )
         job = record_from_params(params, created_at=now)
         s.rows[job.id] = MemRow(job, far=far)
         # What PgStore returns for a new job: the record as asked, no
@@ -164,7 +167,11 @@ class MemIntake(MemShards):
                 s,
                 job.id,
                 AttemptRecord(
-                    job.attempt, None, None, now, "RETRIED",
+                    job.attempt,
+                    None,
+                    None,
+                    now,
+                    "RETRIED",
                     f"retried by {params.by}: a new series of {revived.max_attempts - job.attempt} attempts",
                     None,
                 ),

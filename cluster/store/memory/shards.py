@@ -82,11 +82,17 @@ class MemShards:
     def _log(self, s: MemShard, job_id: uuid.UUID, record: AttemptRecord) -> None:
         s.attempts.setdefault(job_id, []).append(record)
 
-    def _to_history(self, s: MemShard, row: MemRow, status: JobStatus, error: str | None, now: datetime) -> JobRecord:
+    def _to_history(
+        self, s: MemShard, row: MemRow, status: JobStatus, error: str | None, now: datetime
+    ) -> JobRecord:
         del s.rows[row.job.id]
         done = dataclasses.replace(
-            row.job, status=status, last_error=error or row.job.last_error, finished_at=now,
-            paused_at=None, pause_reason=None,
+            row.job,
+            status=status,
+            last_error=error or row.job.last_error,
+            finished_at=now,
+            paused_at=None,
+            pause_reason=None,
         )
         s.history[done.id] = done
         return done
@@ -99,7 +105,9 @@ class MemShards:
         self._shard(shard)
         return LATEST
 
-    def _get(self, s: MemShard, job_id: uuid.UUID, owner: str, with_attempts: bool) -> JobRecord | None:
+    def _get(
+        self, s: MemShard, job_id: uuid.UUID, owner: str, with_attempts: bool
+    ) -> JobRecord | None:
         row = s.rows.get(job_id)
         job = row.job if row else s.history.get(job_id)
         if job is None or job.owner != owner:

@@ -32,7 +32,9 @@ class MemUpkeep(MemShards):
                 (
                     r
                     for r in s.rows.values()
-                    if r.job.status is JobStatus.RUNNING and r.lease_until is not None and r.lease_until < now
+                    if r.job.status is JobStatus.RUNNING
+                    and r.lease_until is not None
+                    and r.lease_until < now
                 ),
                 key=lambda r: r.lease_until or now,
             )[: params.limit]
@@ -42,11 +44,21 @@ class MemUpkeep(MemShards):
                 self._log(
                     s,
                     row.job.id,
-                    AttemptRecord(row.job.attempt, row.locked_by, row.claimed_at, now, "LEASE_EXPIRED", "lease expired", None),
+                    AttemptRecord(
+                        row.job.attempt,
+                        row.locked_by,
+                        row.claimed_at,
+                        now,
+                        "LEASE_EXPIRED",
+                        "lease expired",
+                        None,
+                    ),
                 )
                 error = f"lease expired (worker {row.locked_by or '?'})"
                 if row.job.attempt < row.job.max_attempts:
-                    row.job = dataclasses.replace(row.job, status=JobStatus.SCHEDULED, last_error=error)
+                    row.job = dataclasses.replace(
+                        row.job, status=JobStatus.SCHEDULED, last_error=error
+                    )
                     self._free(row)
                     again += 1
                 else:
@@ -76,7 +88,11 @@ class MemUpkeep(MemShards):
         async with self._lock:
             edge = self._now(params.now) + timedelta(seconds=params.horizon_seconds)
             due = sorted(
-                (r for r in s.rows.values() if r.far and r.job.paused_at is None and r.job.run_at <= edge),
+                (
+                    r
+                    for r in s.rows.values()
+                    if r.far and r.job.paused_at is None and r.job.run_at <= edge
+                ),
                 key=lambda r: r.job.run_at,
             )
             for row in due[: params.limit]:
@@ -95,7 +111,9 @@ class MemUpkeep(MemShards):
             cutoff = today - timedelta(days=params.retention_days)
             before = datetime.combine(cutoff, datetime.min.time(), tzinfo=UTC)
             result = MaintenanceResult(cutoff=before)
-            for job_id in [i for i, j in s.history.items() if j.finished_at and j.finished_at < before]:
+            for job_id in [
+                i for i, j in s.history.items() if j.finished_at and j.finished_at < before
+            ]:
                 del s.history[job_id]
                 result.purged_rows += 1
             for job_id, logged in list(s.attempts.items()):

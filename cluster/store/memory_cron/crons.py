@@ -41,6 +41,7 @@ class MemCrons:
     # cron_soon's listeners: a wake-up each, coalesced as NOTIFY's are.
     listeners: set[asyncio.Queue[None]] = field(default_factory=set)
 
+
 # The outcomes a cron's last result shows: a cancelled occurrence is none.
 _RESULTS = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.SKIPPED})
 
@@ -122,7 +123,11 @@ class MemCronShards:
             last = None
             if params.with_finished:
                 last = max(
-                    (h.finished_at for h in s.history.values() if h.cron_id == cron_id and h.finished_at),
+                    (
+                        h.finished_at
+                        for h in s.history.values()
+                        if h.cron_id == cron_id and h.finished_at
+                    ),
                     default=None,
                 )
             out[cron_id] = PendingInfo(n, last)

@@ -131,7 +131,9 @@ class MemCronIntake(MemCronShards):
             now = self._now()
             # Not started, near or far; running ones finish.
             waiting = [
-                r for r in s.rows.values() if r.job.cron_id == cron.id and r.job.status is JobStatus.SCHEDULED
+                r
+                for r in s.rows.values()
+                if r.job.cron_id == cron.id and r.job.status is JobStatus.SCHEDULED
             ]
             for row in waiting:
                 self.store._to_history(s, row, JobStatus.CANCELLED, "cron job deleted", now)
@@ -243,8 +245,10 @@ class MemCronIntake(MemCronShards):
                     if not params.dry_run:
                         self._note(c, (cron.id, at), new_id)
                         self._insert(
-                            shard, dataclasses.replace(cron, concurrency="ALLOW"),
-                            Occurrence(new_id, at, params.run_at, None), far=False,
+                            shard,
+                            dataclasses.replace(cron, concurrency="ALLOW"),
+                            Occurrence(new_id, at, params.run_at, None),
+                            far=False,
                         )
                     out.append(BackfillSlot(at, new_id, "created"))
                     continue

@@ -72,7 +72,9 @@ class MemCronUpkeep(MemCronShards):
         due = sorted(
             (x.next_fire_at, x.id)
             for x in c.by_id.values()
-            if x.enabled and x.paused_at is None and x.next_fire_at is not None
+            if x.enabled
+            and x.paused_at is None
+            and x.next_fire_at is not None
             and x.next_fire_at <= params.until
         )
         if params.after is not None:
@@ -84,7 +86,12 @@ class MemCronUpkeep(MemCronShards):
         counts: dict[datetime, int] = {}
         floor = _second(params.now)
         for x in c.by_id.values():
-            if x.enabled and x.paused_at is None and x.next_fire_at is not None and x.next_fire_at <= params.until:
+            if (
+                x.enabled
+                and x.paused_at is None
+                and x.next_fire_at is not None
+                and x.next_fire_at <= params.until
+            ):
                 at = max(_second(x.next_fire_at), floor)
                 counts[at] = counts.get(at, 0) + 1
         return sorted(counts.items())
@@ -113,11 +120,18 @@ class MemCronUpkeep(MemCronShards):
         async with self.store._lock:
             for item in params.items:
                 cron = c.by_id.get(item.cron_id)
-                if cron is None or not cron.enabled or cron.paused_at is not None or cron.next_fire_at != item.expected_next:
+                if (
+                    cron is None
+                    or not cron.enabled
+                    or cron.paused_at is not None
+                    or cron.next_fire_at != item.expected_next
+                ):
                     continue  # the compare-and-set lost: nothing of this cron is written
                 last_fire = cron.last_fire_at
                 if item.last_fire is not None:
-                    last_fire = item.last_fire if last_fire is None else max(last_fire, item.last_fire)
+                    last_fire = (
+                        item.last_fire if last_fire is None else max(last_fire, item.last_fire)
+                    )
                 c.by_id[cron.id] = cron = dataclasses.replace(
                     cron,
                     next_fire_at=item.next_fire_at,
@@ -133,7 +147,11 @@ class MemCronUpkeep(MemCronShards):
                         continue
                     self._note(c, (cron.id, occ.scheduled_for), occ.job_id)
                     far = may_go_far and occ.run_at > far_edge
-                    if not far and cron.concurrency == "FORBID" and self._pending_near(shard, cron.id):
+                    if (
+                        not far
+                        and cron.concurrency == "FORBID"
+                        and self._pending_near(shard, cron.id)
+                    ):
                         refused.append(cron.id)  # the FORBID index refuses the job
                         continue
                     self._insert(shard, cron, occ, far)

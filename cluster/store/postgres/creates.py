@@ -12,7 +12,14 @@ from typing import Any
 
 from psycopg.rows import scalar_row
 
-from cluster.errors import Conflict, IdempotencyKeyReused, ShardUnavailable, VakitError
+from cluster.errors import (
+    Conflict,
+    IdempotencyKeyExpired,
+    IdempotencyKeyReused,
+    ShardUnavailable,
+    SlotMoving,
+    VakitError,
+)
 from cluster.model import (
     CreateJobParams,
     CreateJobsParams,
@@ -56,9 +63,10 @@ def _key_reused(p: CreateJobParams, shard: int) -> Conflict:
     )
 
 
-def _key_expired(p: CreateJobParams, shard: int) -> Conflict:
-    return Conflict(
+def _key_expired(p: CreateJobParams, shard: int, job_id: uuid.UUID) -> Conflict:
+    return IdempotencyKeyExpired(
         "Idempotency-Key belongs to a job whose history has expired",
+        job_id,
         idempotency_key=p.idempotency_key,
         shard=shard,
     )
@@ -169,7 +177,7 @@ class PgCreates(PgShards):
                         raise _key_reused(params, shard)
                     existing = await fetch_job(conn, first_id, params.owner, with_attempts=False)
                     if existing is None:
-                        raise _key_expired(params, shard)
+                        raise _key_expired(params, shard, first_id)
                     return CreateResult(existing, created=False)
                 await cur.execute(QUERIES[insert_statement(params)], row)
         return CreateResult(_record_from_params(params), created=True)
@@ -203,6 +211,15 @@ class PgCreates(PgShards):
                 return await self._create_once(shard, params, sessions, again=True)
             except ShardUnavailable as exc:
                 last = exc
+            except SlotMoving as exc:
+                # Fenced since the first try, which may have committed: the
+                # create is neither refused nor made, as far as we know.
+                raise ShardUnavailable(
+                    f"shard {shard}: slot {exc.slot} began moving while a create's commit "
+                    "was unknown; the create may have been committed",
+                    shard=shard,
+                    maybe_written=True,
+                ) from exc
         raise ShardUnavailable(
             f"{last.message}; the create may have been committed", shard=shard, maybe_written=True
         ) from last
@@ -231,6 +248,7 @@ class PgCreates(PgShards):
         # The key's first body (its fingerprint) and first job, for the keys
         # that existed before this batch.
         ledger: dict[tuple[str, str], tuple[str | None, JobRecord | None]] = {}
+        key_jobs: dict[tuple[str, str], uuid.UUID] = {}
         if not_created:
             repeats = [p for p in sent if p.id in not_created]
             rows = await self.fetch(
@@ -244,6 +262,7 @@ class PgCreates(PgShards):
             for r in rows:
                 job = _record_from_row(r) if r["id"] is not None else None
                 ledger[(r["key_owner"], r["key"])] = (r["key_fingerprint"], job)
+                key_jobs[(r["key_owner"], r["key"])] = r["key_job_id"]
         out: list[CreateResult | Conflict] = []
         for i, p in enumerate(jobs):
             if p.idempotency_key is None:
@@ -263,7 +282,7 @@ class PgCreates(PgShards):
             elif fingerprint != p.fingerprint:
                 out.append(_key_reused(p, shard))
             elif existing is None:
-                out.append(_key_expired(p, shard))
+                out.append(_key_expired(p, shard, key_jobs[key]))
             else:
                 out.append(CreateResult(existing, created=False))
         return out

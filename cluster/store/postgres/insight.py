@@ -112,7 +112,9 @@ class PgInsight(PgUpkeep):
 
     @wrap_exceptions
     async def start_lateness(self, shard: int, params: LatenessParams) -> list[LatenessMinute]:
-        rows = await self.fetch(shard, "start_lateness", {"minutes": params.minutes, "now": params.now})
+        rows = await self.fetch(
+            shard, "start_lateness", {"minutes": params.minutes, "now": params.now}
+        )
         return [
             LatenessMinute(r["minute"], r["n"], r["pct"][0], r["pct"][1], r["worst"]) for r in rows
         ]

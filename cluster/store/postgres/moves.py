@@ -25,10 +25,15 @@ from cluster.errors import InvalidRequest
 from cluster.store.contracts.moves import FENCE_STATES, MOVABLE_TABLES
 from cluster.store.pgshards import PgShards, translate_errors, wrap_exceptions
 from cluster.store.sql import QUERIES
+from shardmap import SLOTS
 
 __all__ = ["PgSlotMoves"]
 
-SLOTS = 4096
+# A moved RUNNING job's lease lasts at least this long on its new shard: its
+# holder could not renew it while the slot was fenced (the mover may have been
+# down between two steps), and must get to write its outcome there before the
+# new owner's reaper runs the job again.
+RUNNING_GRACE_SECONDS = 60.0
 
 # How often the barrier looks again at the transactions it waits for.
 _BARRIER_POLL = 0.02
@@ -117,6 +122,10 @@ class PgSlotMoves:
             for lo, hi in await self._ranges(source, table, len(wanted), batch):
                 args = {"lo": _tid(lo), "hi": _tid(hi), "slots": wanted}
                 copied[table] += await self._copy_batch(source, target, table, args)
+        async with self.shards.connection(target) as conn:
+            await conn.execute(
+                QUERIES["slot_running_grace"], {"grace": RUNNING_GRACE_SECONDS, "slots": wanted}
+            )
         return copied
 
     async def _copy_batch(self, source: int, target: int, table: str, args: dict[str, Any]) -> int:

@@ -94,6 +94,8 @@ def lean_values(p: CreateJobParams, encoding: str) -> list[bytes | None]:
     if p.far_horizon_seconds is not None:
         values.append(str(float(p.far_horizon_seconds)).encode())
     return values
+
+
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _INT8 = struct.Struct("!q").pack
 

@@ -110,7 +110,9 @@ class PgUpkeep(PgShards):
         # one batch a pass (the janitor's pass is hourly) let keys pile up
         # past 240,000 keyed creates a day.
         for _ in range(params.batches):
-            cur = await conn.execute(QUERIES["purge_job_keys"], {"before": before, "limit": params.batch})
+            cur = await conn.execute(
+                QUERIES["purge_job_keys"], {"before": before, "limit": params.batch}
+            )
             result.purged_keys += cur.rowcount
             if cur.rowcount < params.batch:
                 break

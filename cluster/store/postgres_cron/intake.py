@@ -41,7 +41,9 @@ def _name_conflict(existing: CronRecord) -> Conflict:
     )
 
 
-def _same_or_conflict(existing: CronRecord, wanted: CronRecord) -> tuple[CronRecord, bool] | Conflict:
+def _same_or_conflict(
+    existing: CronRecord, wanted: CronRecord
+) -> tuple[CronRecord, bool] | Conflict:
     if existing.fingerprint != wanted.fingerprint:
         return _name_conflict(existing)
     return existing, False
@@ -133,7 +135,9 @@ class PgCronIntake(PgCronPools):
     @wrap_exceptions
     async def list_page(self, shard: int, params: ListCronsParams) -> list[CronRecord]:
         rows = await self._rows(
-            shard, "list_crons", {"owner": params.owner, "after": params.after, "limit": params.limit}
+            shard,
+            "list_crons",
+            {"owner": params.owner, "after": params.after, "limit": params.limit},
         )
         return [CronRecord.from_row(r) for r in rows]
 
@@ -208,7 +212,11 @@ class PgCronIntake(PgCronPools):
                 QUERIES["backfill_existing"], {"cron_id": params.cron_id, "slots": slots}
             )
             existing = {at: (job_id, status) for at, job_id, status in await cur.fetchall()}
-            fresh = [(at, jid) for at, jid in zip(slots, params.job_ids, strict=True) if at not in existing]
+            fresh = [
+                (at, jid)
+                for at, jid in zip(slots, params.job_ids, strict=True)
+                if at not in existing
+            ]
             created: set[uuid.UUID] = set()
             if fresh and not params.dry_run:
                 cur = await conn.execute(
@@ -241,7 +249,10 @@ class PgCronIntake(PgCronPools):
                         if await cur.fetchone() is not None:
                             rerun.add(job_id)
         return BackfillResult(
-            tuple(_backfill_slot(at, jid, existing, created, rerun, params) for at, jid in zip(slots, params.job_ids, strict=True))
+            tuple(
+                _backfill_slot(at, jid, existing, created, rerun, params)
+                for at, jid in zip(slots, params.job_ids, strict=True)
+            )
         )
 
     @wrap_exceptions

@@ -37,6 +37,9 @@ class PgCronPools:
     async def pending(self, shard: int, params: PendingParams) -> dict[uuid.UUID, PendingInfo]:
         if not params.cron_ids:
             return {}
-        args = {"ids": list(params.cron_ids), "finished": [params.with_finished] * len(params.cron_ids)}
+        args = {
+            "ids": list(params.cron_ids),
+            "finished": [params.with_finished] * len(params.cron_ids),
+        }
         rows = await self.store.fetch_as(shard, "crons_pending", args, tuple_row)
         return {cron_id: PendingInfo(int(n), last) for cron_id, n, last in rows}

@@ -47,7 +47,12 @@ class PgCronUpkeep(PgCronPools):
     @wrap_exceptions
     async def due(self, shard: int, params: DueCronsParams) -> list[DueCron]:
         after_at, after_id = params.after or (_FIRST_AT, _FIRST_ID)
-        args = {"until": params.until, "after_at": after_at, "after_id": after_id, "limit": params.limit}
+        args = {
+            "until": params.until,
+            "after_at": after_at,
+            "after_id": after_id,
+            "limit": params.limit,
+        }
         rows = await self.store.fetch_as(shard, "due_crons", args, tuple_row)
         return [DueCron(*r) for r in rows]
 
@@ -116,5 +121,7 @@ class PgCronUpkeep(PgCronPools):
             )
             if not folded["more"] or time.monotonic() > deadline:
                 break
-        rows = await self.store.fetch_as(shard, "cron_last_success", {"limit": params.limit}, tuple_row)
+        rows = await self.store.fetch_as(
+            shard, "cron_last_success", {"limit": params.limit}, tuple_row
+        )
         return [(cron_id, when) for cron_id, when in rows]

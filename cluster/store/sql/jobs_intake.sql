@@ -149,7 +149,7 @@ SELECT id FROM v
 -- expired. A separate statement from insert_jobs_batch: it must see a key a
 -- concurrent create committed while our insert waited on it.
 SELECT k.owner_service AS key_owner, k.idempotency_key AS key, k.fingerprint AS key_fingerprint,
-       j.*
+       k.job_id AS key_job_id, j.*
   FROM unnest(%(owners)b::text[], %(keys)b::text[]) AS v(owner_service, idempotency_key)
   JOIN job_keys k ON k.owner_service = v.owner_service AND k.idempotency_key = v.idempotency_key
   LEFT JOIN LATERAL (

@@ -56,6 +56,16 @@ SELECT vakit_slot_stage(%(table)s) AS staged;
 -- name: slot_merge
 SELECT vakit_slot_merge(%(table)s) AS inserted;
 
+-- name: slot_running_grace
+-- The RUNNING jobs a move just copied here keep their attempt and holder, with
+-- a lease of at least %(grace)s seconds more: while their slot was fenced the
+-- holder could neither renew it nor write its outcome, and this shard's reaper
+-- must not run them again before the holder has had that time (issue 42).
+-- Only RUNNING rows are read (the partial index jobs_lease_idx).
+UPDATE jobs
+   SET lease_until = greatest(lease_until, now() + make_interval(secs => %(grace)s))
+ WHERE status = 'RUNNING' AND vakit_slot(id) = ANY(%(slots)s::int[]);
+
 -- name: slot_rows_cron_jobs
 -- A page range's rows of cron_jobs in the slots (a move's copy, as COPY's query).
 SELECT * FROM cron_jobs
