@@ -39,8 +39,8 @@ class MoveResult:
 
 
 def _field(record: dict[str, Any], snake: str, camel: str, default: Any = None) -> Any:
-    # The record is shown as the mover stores it (snake_case); read either
-    # spelling, should the API come to camelCase it as its other documents.
+    # The API shows the record camelCased (rowsCopied, rowsByTable); it
+    # showed it as the mover stores it (snake_case) before: read either.
     return record.get(snake, record.get(camel, default))
 
 
@@ -137,7 +137,7 @@ def move_figures(result: MoveResult) -> dict[str, Any]:
     record = result.record
     rows = int(_field(record, "rows_copied", "rowsCopied", 0) or 0)
     copy_seconds = float(_field(record, "copy_seconds", "copySeconds", 0.0) or 0.0)
-    tables: dict[str, int] = record.get("tables") or {}
+    tables: dict[str, int] = _field(record, "tables", "rowsByTable") or {}
     jobs = sum(n for t, n in tables.items() if t in _JOB_TABLES)
     wall = result.ended - result.started
     postponed = [n for n in result.notes if n.startswith("postponed")]

@@ -141,5 +141,11 @@ def test_a_moves_rate_is_its_rows_over_its_copy_seconds() -> None:
     notes = ["postponed: 6000 jobs due", "retrying: shard down"]
     figs = move_figures(MoveResult("rebalance", T, T + 10, record, notes))
     assert figs["rows_per_copy_second"] == 20_000 and figs["jobs_per_copy_second"] == 17_500
+    # As the API shows it now: camelCase.
+    shown = {
+        "kind": "rebalance", "state": "done", "slotsPlanned": 1365, "slotsDone": 1365,
+        "rowsCopied": 40_000, "copySeconds": 2.0, "rowsByTable": record["tables"],
+    }  # fmt: skip
+    assert move_figures(MoveResult("rebalance", T, T + 10, shown, []))["jobs_copied"] == 35_000
     assert figs["jobs_copied"] == 35_000 and figs["rows_per_wall_second"] == 4_000
     assert figs["postponed_notes"] == 1 and figs["seconds"] == 10
