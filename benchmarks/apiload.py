@@ -41,6 +41,7 @@ __all__ = [
     "CreateResult",
     "Door",
     "ItemSource",
+    "OnAccepted",
     "batch_supported",
     "create_items",
 ]
@@ -75,6 +76,9 @@ CRONS = Door("cron-jobs", "/api/v1/cron-jobs", "/api/v1/cron-jobs:batch", "cronJ
 
 # (bearer token, number of items, item i's request body) for one owner.
 ItemSource = tuple[str, int, Callable[[int], dict[str, Any]]]
+# Told of each item the API accepted: (source, item index, its answer: a
+# batch's result entry, or a single create's document).
+OnAccepted = Callable[[int, int, dict[str, Any]], None]
 
 
 @dataclass
@@ -179,11 +183,13 @@ async def create_items(
     batch: int = 1000,
     clients: int = 8,
     request_timeout: float = 300.0,
+    on_accepted: OnAccepted | None = None,
 ) -> CreateResult:
     """Create every item of ``sources`` through ``door`` on the APIs at
     ``urls``: ``batch`` items per request (1: the single endpoint),
     ``clients`` requests in flight. Owners are interleaved, chunk by chunk,
-    as many services creating at once would be."""
+    as many services creating at once would be. ``on_accepted`` hears of
+    each item created or found (e.g. to keep the ids)."""
     if batch < 1 or clients < 1 or not urls:
         raise ValueError("batch and clients must be positive, and urls given")
     mode = "single"
@@ -255,6 +261,8 @@ async def create_items(
             # whole (401, 413, 422…) gives every item that status.
             if status >= 300:
                 note_error(f"{status} {text[:300]}")
+            elif on_accepted is not None and mode == "single":
+                on_accepted(chunk.source, chunk.indices[0], orjson.loads(raw))
             result.statuses[str(status)] += len(chunk.indices)
             return
         results = orjson.loads(raw).get("results", [])
@@ -269,6 +277,8 @@ async def create_items(
                 continue
             if item_status >= 300:
                 note_error(f"item {item_status} {json.dumps(item)[:300]}")
+            elif on_accepted is not None:
+                on_accepted(chunk.source, chunk.indices[position], item)
             result.statuses[str(item_status)] += 1
         missing = len(chunk.indices) - len(answered)
         if missing:

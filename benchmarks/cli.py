@@ -3,6 +3,7 @@
     vakit-bench wave [...]        the round-hour wave on a cluster it starts
     vakit-bench sustained [...]   the steady profile on a cluster it starts
     vakit-bench doors [...]       a front door's wave between COPYed ones: drain ratios
+    vakit-bench reshard [...]     add a shard, rebalance and drain under load; audit every firing
     vakit-bench remote --api-url URL --token T [...]
                                   a wave against a running cluster, through its API
 
@@ -18,13 +19,14 @@ __all__ = ["main"]
 
 
 def _commands() -> dict[str, Callable[[list[str]], int]]:
-    from benchmarks import doors, remote, sustained, wave
+    from benchmarks import doors, remote, reshard, sustained, wave
 
     return {
         "wave": wave.main,
         "sustained": sustained.main,
         "doors": doors.main,
         "remote": remote.main,
+        "reshard": reshard.main,
     }
 
 

@@ -116,8 +116,10 @@ def bench_main(
     argv: list[str] | None,
     parse_args: Callable[[list[str] | None], tuple[_Options, bool]],
     run: Callable[[_Options], dict[str, Any]],
+    also: Callable[[dict[str, Any]], str] | None = None,
 ) -> int:
-    """A benchmark's ``main``: parse, run, print the summary line; 130 on Ctrl-C or SIGTERM."""
+    """A benchmark's ``main``: parse, run, print the summary line (and
+    ``also``'s line of the benchmark's own figures); 130 on Ctrl-C or SIGTERM."""
     opts, verbose = parse_args(argv)
     setup_logging(verbose)
     try:
@@ -127,6 +129,8 @@ def bench_main(
         print(f"{name}: interrupted; everything started was stopped", file=sys.stderr)
         return 130
     print(summary_line(name, report), flush=True)
+    if also is not None:
+        print(also(report), flush=True)
     return 0
 
 
@@ -159,6 +163,10 @@ class ClusterSpec:
     # start: benchmarks.instructions runs the API under valgrind.
     api_prefix: tuple[str, ...] = ()
     api_start_seconds: float = 60.0
+    # PostgreSQL servers started beside the shards but left out of
+    # VAKIT_SHARDS and not migrated: databases a run adds to the running
+    # cluster (benchmarks.reshard), in ``BenchCluster.spare_dsns``.
+    spare_shards: int = 0
 
 
 @dataclass
@@ -195,6 +203,7 @@ class BenchCluster:
         self.spec = spec
         self.log_dir = spec.out / "logs"
         self.dsns: list[str] = list(spec.dsns)
+        self.spare_dsns: list[str] = []
         self.pg: list[PgServer] = []
         self.data_dir: Path | None = None
         self._procs: list[_Proc] = []
@@ -230,12 +239,13 @@ class BenchCluster:
                 settings.setdefault("shared_preload_libraries", "pg_stat_statements")
             self.pg = [
                 PgServer(base / f"shard{i}", durable=self.spec.durable, extra_settings=settings)
-                for i in range(self.spec.shards)
+                for i in range(self.spec.shards + self.spec.spare_shards)
             ]
             # initdb dominates a small run's setup: do the shards side by side.
             with ThreadPoolExecutor(max_workers=len(self.pg)) as pool:
                 list(pool.map(lambda s: s.start(), self.pg))
-            self.dsns = [s.dsn for s in self.pg]
+            self.dsns = [s.dsn for s in self.pg[: self.spec.shards]]
+            self.spare_dsns = [s.dsn for s in self.pg[self.spec.shards :]]
         for shard, dsn in enumerate(self.dsns):
             migrate_shard(dsn, shard)
             if self.spec.statement_stats:
@@ -342,18 +352,23 @@ class BenchCluster:
         self.start_workers()
         return dsns, job_target
 
-    def start_sink(self) -> str:
-        """A fast HTTP target in its own process (benchmarks.sink)."""
+    def start_sink(self, record: Path | None = None) -> str:
+        """A fast HTTP target in its own process (benchmarks.sink); with
+        ``record``, it notes every firing in that file."""
         port = find_free_port()
-        proc = self._spawn("sink", ["-m", "benchmarks.sink", "--port", str(port)], dict(os.environ))
+        args = ["-m", "benchmarks.sink", "--port", str(port)]
+        if record is not None:
+            args += ["--record", str(record)]
+        proc = self._spawn("sink", args, dict(os.environ))
         self.sink_url = f"http://127.0.0.1:{port}/fire"
         self._wait(lambda: _http_ok(f"http://127.0.0.1:{port}/count"), [proc], 30, "the sink")
         return self.sink_url
 
-    def sink_count(self) -> int:
-        """Firings the sink has answered."""
+    def sink_count(self, flush: bool = False) -> int:
+        """Firings the sink has answered; ``flush``: its record is written
+        out first."""
         assert self.sink_url is not None
-        url = self.sink_url.rsplit("/", 1)[0] + "/count"
+        url = self.sink_url.rsplit("/", 1)[0] + ("/flush" if flush else "/count")
         with urllib.request.urlopen(url, timeout=5) as resp:
             return int(resp.read())
 
@@ -386,15 +401,20 @@ class BenchCluster:
         self.api_token = token
         return self.api_urls[0], token
 
-    def start_apis(self, tokens: dict[str, str], count: int = 1) -> list[str]:
-        """``count`` API processes that all accept ``tokens`` (token → owner);
-        returns their base URLs. A client spreads its requests over them, as a
-        load balancer in front of API replicas would."""
+    def start_apis(
+        self, tokens: dict[str, str], count: int = 1, operators: dict[str, str] | None = None
+    ) -> list[str]:
+        """``count`` API processes that all accept ``tokens`` (token → owner)
+        and ``operators`` (token → operator name); returns their base URLs. A
+        client spreads its requests over them, as a load balancer in front of
+        API replicas would."""
         started = time.monotonic()
         env = {
             **self.base_env(),
             "VAKIT_API_TOKENS": ",".join(f"{t}={o}" for t, o in tokens.items()),
         }
+        if operators:
+            env["VAKIT_OPERATOR_TOKENS"] = ",".join(f"{t}={o}" for t, o in operators.items())
         procs, urls = [], []
         for i in range(count):
             port = find_free_port()

@@ -158,8 +158,11 @@ def cluster_spec(args: argparse.Namespace) -> ClusterSpec:
     )
 
 
-def settings_in_effect(env: dict[str, str]) -> dict[str, Any]:
-    """The worker settings that ``env`` (a worker's environment) produces."""
+def settings_in_effect(
+    env: dict[str, str], names: tuple[str, ...] = WORKER_SETTING_NAMES
+) -> dict[str, Any]:
+    """The settings ``names`` (by default the worker's) that ``env`` (a
+    process's environment) produces."""
     from cluster.config import Settings
 
     values: dict[str, Any] = {
@@ -168,7 +171,7 @@ def settings_in_effect(env: dict[str, str]) -> dict[str, Any]:
         if k.startswith("VAKIT_") and k != "VAKIT_CONFIG"
     }
     settings = Settings(**values)
-    return settings.model_dump(include=set(WORKER_SETTING_NAMES))
+    return settings.model_dump(include=set(names))
 
 
 def shown_env(env: dict[str, str]) -> dict[str, str]:

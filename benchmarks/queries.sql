@@ -159,3 +159,12 @@ VACUUM ANALYZE job_history;
 
 -- name: history_partitions
 SELECT count(*) FROM pg_inherits WHERE inhparent = 'job_history'::regclass;
+
+-- name: owner_due_pending
+-- Rows of a run still waiting or running whose logical time is at or
+-- before %(until)s (a cron's later occurrences, made ahead, are not
+-- counted): zero on every shard once the run's backlog up to then fired.
+SELECT (SELECT count(*) FROM jobs
+         WHERE owner_service = ANY(%(owners)s) AND scheduled_for <= %(until)s)
+     + (SELECT count(*) FROM jobs_far
+         WHERE owner_service = ANY(%(owners)s) AND scheduled_for <= %(until)s) AS n;

@@ -10,13 +10,21 @@ workers it measures. So it is an asyncio protocol on uvloop with httptools'
 parser (both already Vakit dependencies, through uvicorn) rather than a web
 framework: about a fifth of aiohttp.web's CPU per request. It reads each
 request whole (a real target would) and keeps connections alive.
+
+With ``--record PATH`` it also writes one line per firing to PATH: the
+arrival time (epoch seconds) and the firing's JSON body as it came (jobId,
+scheduledFor, attempt, payload), for an audit of what arrived how often
+(benchmarks.reshard). ``GET /flush`` writes out what is buffered; SIGTERM
+flushes and stops.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any
+import signal
+import time
+from typing import IO, Any
 
 import httptools
 import uvloop
@@ -30,6 +38,8 @@ _BAD = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\
 
 class _Counter:
     firings = 0
+    # Where each firing is noted (``--record``); None: counted only.
+    record: IO[bytes] | None = None
 
 
 class SinkProtocol(asyncio.Protocol):
@@ -40,6 +50,7 @@ class SinkProtocol(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.transport: Any = None  # uvloop's TCPTransport (not an asyncio.Transport subclass)
         self.url = b""
+        self.body: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -55,12 +66,24 @@ class SinkProtocol(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         self.url = url
 
+    def on_body(self, body: bytes) -> None:
+        if self.counter.record is not None:
+            self.body.append(body)
+
     def on_message_complete(self) -> None:
         method = self.parser.get_method()
         if method == b"POST":
             self.counter.firings += 1
+            record = self.counter.record
+            if record is not None:
+                # Noted before the answer: a firing answered 200 is on file.
+                # A JSON body has no raw newline, so one line is one firing.
+                record.write(b"%.6f %s\n" % (time.time(), b"".join(self.body)))
+                self.body.clear()
             self.transport.write(_OK)
-        elif method == b"GET" and self.url == b"/count":
+        elif method == b"GET" and self.url in (b"/count", b"/flush"):
+            if self.url == b"/flush" and self.counter.record is not None:
+                self.counter.record.flush()
             text = str(self.counter.firings).encode()
             self.transport.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: "
@@ -74,20 +97,35 @@ class SinkProtocol(asyncio.Protocol):
             self.transport.close()
 
 
-async def serve(host: str, port: int) -> None:
+async def serve(host: str, port: int, record: IO[bytes] | None = None) -> None:
+    """Answer firings until cancelled; with ``record``, until SIGTERM, noting
+    each firing there."""
     loop = asyncio.get_running_loop()
     counter = _Counter()
+    counter.record = record
     server = await loop.create_server(lambda: SinkProtocol(counter), host, port, backlog=1024)
     async with server:
-        await server.serve_forever()
+        if record is None:
+            await server.serve_forever()
+            return
+        # The harness stops its processes with SIGTERM: the record is then
+        # closed (flushed) by main, not lost with a killed process.
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--record", help="append each firing (arrival time, body) to this file")
     args = parser.parse_args(argv)
-    uvloop.run(serve(args.host, args.port))
+    if args.record is None:
+        uvloop.run(serve(args.host, args.port))
+        return
+    with open(args.record, "ab", buffering=1 << 20) as record:
+        uvloop.run(serve(args.host, args.port, record))
 
 
 if __name__ == "__main__":
