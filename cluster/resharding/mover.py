@@ -137,6 +137,7 @@ class SlotMover:
                 await self._roll_back(batch)
                 batch = None
             if batch is None:
+                await self._drop_indexes()
                 return await self._write(replace(record, state="cancelled", batch=None, note=None))
         if batch is None:
             return await self._plan(record)
@@ -154,6 +155,7 @@ class SlotMover:
         active = active_shards(current, record.kind, record.drain, retired)
         batch = next_batch(current, active, self.settings.batch_slots)
         if batch is None:
+            await self._drop_indexes()
             log.info(
                 "move %s done: %s slots, %s rows", record.id, record.slots_done, record.rows_copied
             )
@@ -170,6 +172,9 @@ class SlotMover:
         return await self._write(replace(record, batch=batch, note=None))
 
     async def _fence(self, record: MoveRecord, batch: Batch) -> MoveRecord:
+        # Built once a move on each shard giving slots away (a catalog read
+        # after that): the copy and the clean-up read the slots' rows by it.
+        await self.moves.index_slots(batch.source, True)
         await self.moves.fence_slots(batch.source, batch.slots, "moving")
         try:
             await self.moves.wait_for_older_transactions(
@@ -238,6 +243,11 @@ class SlotMover:
                 batches=record.batches + 1,
             )
         )
+
+    async def _drop_indexes(self) -> None:
+        """The move's slot indexes cost every write: gone once it ends."""
+        for shard in range(self.moves.shard_count):
+            await self.moves.index_slots(shard, False)
 
     async def _flipped(self, batch: Batch) -> bool:
         current = await asyncio.to_thread(self.ledger.read_map)

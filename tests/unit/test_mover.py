@@ -65,6 +65,7 @@ class Shards:
         self.fences: list[dict[int, str]] = [{} for _ in range(start.shard_count)]
         self.die_after: int | None = None
         self.due = 0
+        self.indexed: dict[int, bool] = {}
 
     def _tick(self) -> None:
         if self.die_after is not None:
@@ -112,6 +113,9 @@ class Shards:
     async def due_within(self, shard: int, slots: Sequence[int], seconds: float) -> int:
         return self.due
 
+    async def index_slots(self, shard: int, present: bool) -> None:
+        self.indexed[shard] = present
+
     def serving(self, shard: int, slot: int) -> bool:
         return slot not in self.fences[shard]
 
@@ -155,6 +159,8 @@ def test_a_rebalance_moves_every_slot_to_an_even_share() -> None:
     assert sorted(ledger.map.counts()) == [1365, 1365, 1366]
     assert record.slots_done == 1365 and record.rows_copied == 2 * 1365
     check_placed(ledger, shards)
+    # The sources were indexed by slot while they gave slots away, not after.
+    assert set(shards.indexed) == {0, 1, 2} and not any(shards.indexed.values())
 
 
 @pytest.mark.parametrize("die_after", range(1, 16))

@@ -77,6 +77,13 @@ class SlotMoves(Sharded, Protocol):
         ``slots`` (all rows when None)."""
         ...
 
+    async def index_slots(self, shard: int, present: bool) -> None:
+        """Build (``present``) or drop the move's slot indexes on ``shard``:
+        while a shard gives slots away its movable tables are indexed by
+        slot, so a batch's copy and delete read its rows, not the table. The
+        index costs every write a little, so it lives only while moving."""
+        ...
+
     async def due_within(self, shard: int, slots: Sequence[int], seconds: float) -> int:
         """Jobs of ``slots`` on ``shard`` due within ``seconds`` of the
         database's clock (near and far, not paused), and crons of them due

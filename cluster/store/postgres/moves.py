@@ -35,6 +35,11 @@ __all__ = ["PgSlotMoves"]
 # new owner's reaper runs the job again.
 RUNNING_GRACE_SECONDS = 60.0
 
+# The move's slot indexes, one per movable table (index_slots), and the column
+# whose slot a row has where it is not its id.
+_INDEX_PREFIX = "vakit_move_slot_"
+_SLOT_COLUMN = {"job_keys": "job_id", "cron_occurrences": "cron_id"}
+
 # How often the barrier looks again at the transactions it waits for.
 _BARRIER_POLL = 0.02
 
@@ -63,7 +68,12 @@ class PgSlotMoves:
 
     def __init__(self, shards: PgShards) -> None:
         self.shards = shards
-        self.shard_count = shards.shard_count
+        # Shards whose movable tables this process indexed by slot (index_slots).
+        self._indexed: dict[int, bool] = {}
+
+    @property
+    def shard_count(self) -> int:
+        return self.shards.shard_count
 
     @wrap_exceptions
     async def fence_slots(self, shard: int, slots: Sequence[int], state: str) -> None:
@@ -99,10 +109,14 @@ class PgSlotMoves:
         self, shard: int, table: str, slots: int, batch: int
     ) -> list[tuple[int, int]]:
         """The page ranges of ``table`` on ``shard``, each holding about
-        ``batch`` rows of ``slots`` of the 4,096 slots."""
+        ``batch`` rows of ``slots`` of the 4,096 slots; one range of the
+        whole table when the move's slot index is there (the statement reads
+        the slots' rows by the index, not the pages)."""
         [(pages, per_page)] = await self.shards.fetch_as(
             shard, "table_pages", {"table": table}, tuple_row
         )
+        if self._indexed.get(shard):
+            return [(0, int(pages) + 1)]
         rows_per_page = float(per_page) if per_page else _ROWS_PER_PAGE
         share = max(slots, 1) / SLOTS
         step = max(1, min(_MOST_PAGES, math.ceil(batch / (rows_per_page * share))))
@@ -179,6 +193,37 @@ class PgSlotMoves:
         args = {"all": slots is None, "slots": _slots(slots) if slots is not None else []}
         [row] = await self.shards.fetch(shard, "slot_row_counts", args)
         return {table: int(row[table]) for table in MOVABLE_TABLES}
+
+    @wrap_exceptions
+    async def index_slots(self, shard: int, present: bool) -> None:
+        rows = await self.shards.fetch_as(shard, "slot_index_state", {}, tuple_row)
+        state = {str(name): bool(valid) for name, valid in rows}
+        for table in MOVABLE_TABLES:
+            name = _INDEX_PREFIX + table
+            if name in state and (not present or not state[name]):
+                await self._ddl(
+                    shard,
+                    sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)),
+                )
+            if present and not state.get(name):
+                column = _SLOT_COLUMN.get(table, "id")
+                await self._ddl(
+                    shard,
+                    sql.SQL(
+                        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON {} (vakit_slot({}))"
+                    ).format(sql.Identifier(name), sql.Identifier(table), sql.Identifier(column)),
+                )
+        self._indexed[shard] = present
+
+    async def _ddl(self, shard: int, statement: sql.Composed) -> None:
+        # Outside any transaction (CONCURRENTLY), and with no statement
+        # timeout: building an index reads the whole table.
+        async with self.shards.connection(shard) as conn:
+            await conn.execute("SET statement_timeout = 0")
+            try:
+                await conn.execute(statement)
+            finally:
+                await conn.execute("RESET statement_timeout")
 
     @wrap_exceptions
     async def due_within(self, shard: int, slots: Sequence[int], seconds: float) -> int:

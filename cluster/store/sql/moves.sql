@@ -134,3 +134,11 @@ SELECT (SELECT count(*) FROM jobs
          WHERE enabled AND paused_at IS NULL
            AND next_fire_at <= now() + make_interval(secs => %(seconds)s::float8)
            AND vakit_slot(id) = ANY(%(slots)s::int[])) AS due;
+
+-- name: slot_index_state
+-- The move's slot indexes of a shard's movable tables (cluster/store/postgres/moves.py):
+-- which exist, and whether each is valid (a CREATE INDEX CONCURRENTLY cut
+-- short leaves an invalid one behind, which must be dropped and built again).
+SELECT c.relname AS name, i.indisvalid AS valid
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE c.relname LIKE 'vakit_move_slot_%%';
