@@ -132,43 +132,57 @@ class PgSlotMoves:
         copied = dict.fromkeys(MOVABLE_TABLES, 0)
         if not wanted:
             return copied
+        ranges = {t: await self._ranges(source, t, len(wanted), batch) for t in MOVABLE_TABLES}
+        grace = {"grace": RUNNING_GRACE_SECONDS, "slots": wanted}
+        if self._indexed.get(source):
+            # Read by the slot index: one range a table, all in one
+            # transaction on the target (one commit a batch, not five).
+            async with (
+                self.shards.connection(target) as dst,
+                dst.transaction(),
+                self.shards.connection(source) as src,
+            ):
+                for table in MOVABLE_TABLES:
+                    for lo, hi in ranges[table]:
+                        args = {"lo": _tid(lo), "hi": _tid(hi), "slots": wanted}
+                        copied[table] += await self._copy_range(src, dst, source, table, args)
+                await dst.execute(QUERIES["slot_running_grace"], grace)
+            return copied
         for table in MOVABLE_TABLES:
-            for lo, hi in await self._ranges(source, table, len(wanted), batch):
+            for lo, hi in ranges[table]:
                 args = {"lo": _tid(lo), "hi": _tid(hi), "slots": wanted}
-                copied[table] += await self._copy_batch(source, target, table, args)
-        async with self.shards.connection(target) as conn:
-            await conn.execute(
-                QUERIES["slot_running_grace"], {"grace": RUNNING_GRACE_SECONDS, "slots": wanted}
-            )
+                async with (
+                    self.shards.connection(target) as dst,
+                    dst.transaction(),
+                    self.shards.connection(source) as src,
+                ):
+                    copied[table] += await self._copy_range(src, dst, source, table, args)
+        async with self.shards.connection(target) as dst:
+            await dst.execute(QUERIES["slot_running_grace"], grace)
         return copied
 
-    async def _copy_batch(self, source: int, target: int, table: str, args: dict[str, Any]) -> int:
-        """One page range of ``table``: COPY out of ``source`` into the
-        staging table of a transaction on ``target``, merged there."""
+    async def _copy_range(
+        self, src: Any, dst: Any, source: int, table: str, args: dict[str, Any]
+    ) -> int:
+        """One page range of ``table``: COPY out of ``source`` into a staging
+        table of ``dst``'s transaction, merged there."""
         rows_out = sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(
             sql.SQL(QUERIES[f"slot_rows_{table}"])
         )
-        async with (
-            self.shards.connection(target) as dst,
-            dst.transaction(),
-            self.shards.connection(source) as src,
-        ):
-            cur = await dst.execute(QUERIES["slot_stage"], {"table": table})
-            staged = await cur.fetchone()
-            assert staged is not None
-            rows_in = sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(
-                sql.Identifier(staged[0])
-            )
-            async with src.cursor() as out_cur, dst.cursor() as in_cur:
-                # An error of the source's side is the source's, not the target's.
-                with translate_errors(source):
-                    async with out_cur.copy(rows_out, args) as out, in_cur.copy(rows_in) as into:
-                        async for chunk in out:
-                            await into.write(chunk)
-            cur = await dst.execute(QUERIES["slot_merge"], {"table": table})
-            merged = await cur.fetchone()
-            assert merged is not None
-            return int(merged[0])
+        cur = await dst.execute(QUERIES["slot_stage"], {"table": table})
+        staged = await cur.fetchone()
+        assert staged is not None
+        rows_in = sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(sql.Identifier(staged[0]))
+        async with src.cursor() as out_cur, dst.cursor() as in_cur:
+            # An error of the source's side is the source's, not the target's.
+            with translate_errors(source):
+                async with out_cur.copy(rows_out, args) as out, in_cur.copy(rows_in) as into:
+                    async for chunk in out:
+                        await into.write(chunk)
+        cur = await dst.execute(QUERIES["slot_merge"], {"table": table})
+        merged = await cur.fetchone()
+        assert merged is not None
+        return int(merged[0])
 
     @wrap_exceptions
     async def delete_slots(
@@ -180,6 +194,14 @@ class PgSlotMoves:
             return deleted
         # Any order would do: the slots are absent here by now, and nothing
         # serves them. A job goes before its key, as it would finish.
+        if self._indexed.get(shard):
+            # By the slot index: the five tables in one transaction (one commit).
+            async with self.shards.connection(shard) as conn, conn.transaction():
+                for table in reversed(MOVABLE_TABLES):
+                    args = {"lo": _tid(0), "hi": _tid(2**31 - 1), "slots": wanted}
+                    cur = await conn.execute(QUERIES[f"slot_delete_{table}"], args)
+                    deleted[table] += cur.rowcount
+            return deleted
         for table in reversed(MOVABLE_TABLES):
             for lo, hi in await self._ranges(shard, table, len(wanted), batch):
                 args = {"lo": _tid(lo), "hi": _tid(hi), "slots": wanted}
