@@ -276,7 +276,7 @@ class Settings(BaseSettings):
 
     # -- resharding (the mover, cluster/resharding) ---------------------------
     # Slots moved together: their writes wait (503, Retry-After) for one batch's copy.
-    reshard_batch_slots: int = Field(16, ge=1, le=4096)
+    reshard_batch_slots: int = Field(64, ge=1, le=4096)
     # How long the mover waits for transactions older than a fence on the source.
     reshard_barrier_timeout: float = Field(10.0, gt=0)
     # A batch is postponed while more than reshard_wave_threshold of its jobs

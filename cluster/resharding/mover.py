@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class MoverSettings:
-    batch_slots: int = 16  # slots a batch: its rows are unwritable for one batch's copy
+    batch_slots: int = 64  # slots a batch: its rows are unwritable for one batch's copy
     barrier_timeout: float = 10.0  # seconds to wait for older transactions on the source
     wave_window: float = 60.0  # a batch is postponed if, within this many seconds,
     wave_threshold: int = 5000  # more than this many of its jobs are due
