@@ -69,8 +69,10 @@ class ShardsApi:
             exc.close()
             raise RuntimeError(f"{method} {path}: {exc.code} {detail}") from None
 
-    def status(self) -> dict[str, Any]:
-        return self.call("GET", "/api/v1/shards")
+    def status(self, rows: bool = True) -> dict[str, Any]:
+        """``rows=False``: without each shard's row counts (a read of every
+        table), as ``--wait`` polls, so following a move does not load the shards."""
+        return self.call("GET", "/api/v1/shards" + ("" if rows else "?rows=false"))
 
     def add(self, dsn: str) -> dict[str, Any]:
         """``vakit shards add DSN``: the new shard's number and the map's epoch."""
@@ -88,7 +90,7 @@ class ShardsApi:
         notes: list[str] = []
         timed_out = False
         while True:
-            move = self.status().get("move") or {}
+            move = self.status(rows=False).get("move") or {}
             if move.get("id") != move_id:
                 raise RuntimeError(f"the move record is {move.get('id')}, not ours ({move_id})")
             note = move.get("note")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from cluster.api.context import Ctx, Operator
@@ -36,10 +36,14 @@ def _resharding(ctx: Ctx) -> Resharding:
 
 
 @router.get("/api/v1/shards")
-async def shards_status(ctx: Ctx, operator: Operator) -> dict[str, Any]:
+async def shards_status(
+    ctx: Ctx,
+    operator: Operator,
+    rows: bool = Query(True, description="Count each shard's movable rows (reads every table)."),
+) -> dict[str, Any]:
     """The slot map (epoch, slots per shard), the move under way (slots done,
     rows copied, rate, ETA) and each shard's movable rows."""
-    return await _resharding(ctx).status()
+    return await _resharding(ctx).status(rows)
 
 
 @router.post("/api/v1/shards", status_code=201)

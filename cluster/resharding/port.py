@@ -27,5 +27,5 @@ class Resharding(Protocol):
     async def cancel(self) -> dict[str, Any]:
         """Ask the running move to stop (rolled back to the last whole batch)."""
 
-    async def status(self) -> dict[str, Any]:
-        """The map, the move under way and each shard's rows."""
+    async def status(self, rows: bool = True) -> dict[str, Any]:
+        """The map, the move under way and (``rows``) each shard's rows."""

@@ -157,6 +157,11 @@ async def test_drain_moves_every_slot_off_a_shard(
     status = await wait_done(control)
     assert status["move"]["state"] == "done"
     assert status["shards"][0]["slots"] == 0 and status["shards"][0]["retired"]
+    assert all(s["rows"] is not None for s in status["shards"])
+    # What `--wait` polls: the same map and move, without a count of every table.
+    light = await control.status(rows=False)
+    assert all(s["rows"] is None for s in light["shards"])
+    assert (light["epoch"], light["move"]) == (status["epoch"], status["move"])
     dsns = [*shard_dsns, new_dsn]
     where = placed(dsns)
     assert set(where) == loaded["ids"]
