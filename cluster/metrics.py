@@ -51,6 +51,7 @@ __all__ = [
     "REBALANCES",
     "RESHARD_ROWS",
     "RESHARD_SLOTS",
+    "RESHARD_STEP_SECONDS",
     "RETRIED",
     "SHARDS_LED",
     "SHARDS_OWNED",
@@ -219,6 +220,13 @@ SLOT_MAP_EPOCH = Gauge(
 )
 RESHARD_ROWS = Counter("vakit_reshard_rows_copied_total", "Rows the mover copied between shards.")
 RESHARD_SLOTS = Counter("vakit_reshard_slots_moved_total", "Slots the mover moved between shards.")
+RESHARD_STEP_SECONDS = Histogram(
+    "vakit_reshard_step_seconds",
+    "Time the mover spent in each step of a batch (plan, fence, copy, flip, clean), "
+    "its ZooKeeper record write included.",
+    ["step"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
 REBALANCES = Counter(
     "vakit_rebalances_total", "Shard ownership recomputations after membership changed."
 )

@@ -48,7 +48,6 @@ class MoverSettings:
     wave_window: float = 60.0  # a batch is postponed if, within this many seconds,
     wave_threshold: int = 5000  # more than this many of its jobs are due
     postpone_seconds: float = 5.0
-    copy_batch_rows: int = 5000
 
 
 def active_shards(
@@ -139,15 +138,20 @@ class SlotMover:
             if batch is None:
                 await self._drop_indexes()
                 return await self._write(replace(record, state="cancelled", batch=None, note=None))
-        if batch is None:
-            return await self._plan(record)
-        if batch.step == "fence":
-            return await self._fence(record, batch)
-        if batch.step == "copy":
-            return await self._copy(record, batch)
-        if batch.step == "flip":
-            return await self._flip(record, batch)
-        return await self._clean(record, batch)
+        step = "plan" if batch is None else batch.step
+        started = time.monotonic()
+        try:
+            if batch is None:
+                return await self._plan(record)
+            if batch.step == "fence":
+                return await self._fence(record, batch)
+            if batch.step == "copy":
+                return await self._copy(record, batch)
+            if batch.step == "flip":
+                return await self._flip(record, batch)
+            return await self._clean(record, batch)
+        finally:
+            metrics.RESHARD_STEP_SECONDS.labels(step).observe(time.monotonic() - started)
 
     async def _plan(self, record: MoveRecord) -> MoveRecord:
         current = await asyncio.to_thread(self.ledger.read_map)
@@ -190,9 +194,7 @@ class SlotMover:
 
     async def _copy(self, record: MoveRecord, batch: Batch) -> MoveRecord:
         started = time.monotonic()
-        copied = await self.moves.copy_slots(
-            batch.source, batch.target, batch.slots, batch=self.settings.copy_batch_rows
-        )
+        copied = await self.moves.copy_slots(batch.source, batch.target, batch.slots)
         seconds = time.monotonic() - started
         rows = sum(copied.values())
         metrics.RESHARD_ROWS.inc(rows)
@@ -231,9 +233,7 @@ class SlotMover:
         return await self._write(replace(record, batch=batch.at("clean")))
 
     async def _clean(self, record: MoveRecord, batch: Batch) -> MoveRecord:
-        await self.moves.delete_slots(
-            batch.source, batch.slots, batch=self.settings.copy_batch_rows
-        )
+        await self.moves.delete_slots(batch.source, batch.slots)
         metrics.RESHARD_SLOTS.inc(len(batch.slots))
         return await self._write(
             replace(
@@ -255,9 +255,7 @@ class SlotMover:
 
     async def _roll_back(self, batch: Batch) -> None:
         """Undo a batch before its flip: B's copies go, A serves S again."""
-        await self.moves.delete_slots(
-            batch.target, batch.slots, batch=self.settings.copy_batch_rows
-        )
+        await self.moves.discard_copy(batch.target, batch.slots)
         await self.moves.unfence_slots(batch.source, batch.slots)
 
     @staticmethod

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 import shardmap
-from cluster.errors import SlotMoving
+from cluster.errors import ShardUnavailable, SlotMoving
 from cluster.model import (
     CancelParams,
     ClaimParams,
@@ -338,7 +338,11 @@ async def _seed(store: PgStore, crons: PgCronStore, slots: list[int]) -> None:
 
 
 async def test_copy_and_delete_are_complete_and_idempotent(
-    store: PgStore, crons: PgCronStore, moves: PgSlotMoves, shard_dsns: list[str]
+    store: PgStore,
+    crons: PgCronStore,
+    moves: PgSlotMoves,
+    shard_dsns: list[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     slots = [100, 200, 300]
     await _seed(store, crons, slots)
@@ -346,17 +350,28 @@ async def test_copy_and_delete_are_complete_and_idempotent(
     source = {t: table_rows(shard_dsns[0], t, slots) for t in MOVABLE_TABLES}
     assert all(source[t] for t in MOVABLE_TABLES)
     assert any("RUNNING" in r[0] for r in source["jobs"])
-    copied = await moves.copy_slots(0, 1, slots, batch=1)
+    # A copy cut short (the source's connection lost after three of the five
+    # tables): nothing of it stays on the target, not even its fence.
+    real = moves._copy_table
+    tables: list[str] = []
+
+    async def cut(src: Any, dst: Any, source_shard: int, table: str, wanted: list[int]) -> int:
+        tables.append(table)
+        if len(tables) == 4:
+            raise psycopg.OperationalError("the source went away")
+        return await real(src, dst, source_shard, table, wanted)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(moves, "_copy_table", cut)
+        with pytest.raises(ShardUnavailable):
+            await moves.copy_slots(0, 1, slots)
+    assert set((await moves.slot_rows(1, slots)).values()) == {0}
+    assert await moves.fenced_slots(1) == {}
+    # Run again, it copies every row and fences the slots 'copied' with
+    # them; a third run (a mover resumed after that commit) copies nothing.
+    copied = await moves.copy_slots(0, 1, slots)
     assert copied == {t: len(source[t]) for t in MOVABLE_TABLES}
-    # A copy cut short: part of it never reached the target. Run again,
-    # it completes, and a third run has nothing left to do.
-    with psycopg.connect(shard_dsns[1], autocommit=True) as conn:
-        conn.execute("DELETE FROM jobs WHERE ctid IN (SELECT ctid FROM jobs LIMIT 2)")
-        conn.execute("DELETE FROM job_keys WHERE ctid IN (SELECT ctid FROM job_keys LIMIT 1)")
-        conn.execute("DELETE FROM cron_occurrences")
-    again = await moves.copy_slots(0, 1, slots)
-    assert (again["jobs"], again["job_keys"], again["cron_jobs"]) == (2, 1, 0)
-    assert again["cron_occurrences"] == len(source["cron_occurrences"])
+    assert await moves.fenced_slots(1) == dict.fromkeys(slots, "copied")
     assert set((await moves.copy_slots(0, 1, slots)).values()) == {0}
     # Row for row as on the source: RUNNING jobs with attempt and worker; their
     # lease is the source's, or a minute from the copy if that is later (the
@@ -381,11 +396,29 @@ async def test_copy_and_delete_are_complete_and_idempotent(
     assert await moves.slot_rows(1) == await moves.slot_rows(1, slots)  # nothing of other slots
     others = [s + 1 for s in slots]
     kept = {t: table_rows(shard_dsns[0], t, others) for t in MOVABLE_TABLES}
-    deleted = await moves.delete_slots(0, slots, batch=1)
+    deleted = await moves.delete_slots(0, slots)
     assert deleted == {t: len(source[t]) for t in MOVABLE_TABLES}
     assert set((await moves.slot_rows(0, slots)).values()) == {0}
     assert set((await moves.delete_slots(0, slots)).values()) == {0}
     assert {t: table_rows(shard_dsns[0], t, others) for t in MOVABLE_TABLES} == kept
+
+
+async def test_a_rolled_back_copy_leaves_the_target_as_it_was(
+    store: PgStore, crons: PgCronStore, moves: PgSlotMoves, shard_dsns: list[str]
+) -> None:
+    slots = [700, 800]
+    await _seed(store, crons, slots)
+    await moves.fence_slots(0, slots, "moving")
+    copied = await moves.copy_slots(0, 1, slots)
+    assert all(copied.values())
+    # Cancelled before the flip: the target's copy and its 'copied' fence
+    # go together, and the slots are absent there (it does not own them).
+    assert await moves.discard_copy(1, slots) == copied
+    assert set((await moves.slot_rows(1, slots)).values()) == {0}
+    assert await moves.fenced_slots(1) == dict.fromkeys(slots, "absent")
+    # A later move of the same slots copies them whole again.
+    assert await moves.copy_slots(0, 1, slots) == copied
+    assert await moves.slot_rows(1, slots) == await moves.slot_rows(0, slots)
 
 
 async def test_due_within_counts_the_slots_jobs_and_crons(

@@ -89,20 +89,26 @@ class Shards:
     async def wait_for_older_transactions(self, shard: int, timeout: float) -> None:
         self._tick()
 
-    async def copy_slots(
-        self, source: int, target: int, slots: Sequence[int], *, batch: int = 5000
-    ) -> dict[str, int]:
+    async def copy_slots(self, source: int, target: int, slots: Sequence[int]) -> dict[str, int]:
+        # All or nothing, with the 'copied' fence in the same step, as on
+        # PostgreSQL; a copy run again after it finds the fence.
         n = 0
-        for s in slots:
-            got = self.rows[source].get(s, set())
-            self.rows[target].setdefault(s, set()).update(got)
-            n += len(got)
+        if not all(self.fences[target].get(s) == "copied" for s in slots):
+            for s in slots:
+                got = self.rows[source].get(s, set())
+                self.rows[target].setdefault(s, set()).update(got)
+                self.fences[target][s] = "copied"
+                n += len(got)
         self._tick()
         return {"jobs": n}
 
-    async def delete_slots(
-        self, shard: int, slots: Sequence[int], *, batch: int = 5000
-    ) -> dict[str, int]:
+    async def discard_copy(self, shard: int, slots: Sequence[int]) -> dict[str, int]:
+        n = sum(len(self.rows[shard].pop(s, set())) for s in slots)
+        self.fences[shard].update(dict.fromkeys(slots, "absent"))
+        self._tick()
+        return {"jobs": n}
+
+    async def delete_slots(self, shard: int, slots: Sequence[int]) -> dict[str, int]:
         n = sum(len(self.rows[shard].pop(s, set())) for s in slots)
         self._tick()
         return {"jobs": n}

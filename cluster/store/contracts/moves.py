@@ -17,9 +17,10 @@ from cluster.store.contracts.sharded import Sharded
 
 __all__ = ["FENCE_STATES", "MOVABLE_TABLES", "SlotMoves"]
 
-# Why a shard does not serve a slot: it is being moved off it, or another
-# shard owns it (a shard added later starts with every slot absent).
-FENCE_STATES = ("moving", "absent")
+# Why a shard does not serve a slot: it is being moved off it, another
+# shard owns it (a shard added later starts with every slot absent), or a
+# move copied its rows here and has not flipped it yet.
+FENCE_STATES = ("moving", "absent", "copied")
 
 # The tables whose rows go with their slot, in copy order (a slot's cron
 # before its occurrences, a key's job before the key); history and the
@@ -54,22 +55,26 @@ class SlotMoves(Sharded, Protocol):
         still commit). :class:`TimeoutError` after ``timeout`` seconds."""
         ...
 
-    async def copy_slots(
-        self, source: int, target: int, slots: Sequence[int], *, batch: int = 5000
-    ) -> dict[str, int]:
+    async def copy_slots(self, source: int, target: int, slots: Sequence[int]) -> dict[str, int]:
         """Copy the rows of ``slots`` in :data:`MOVABLE_TABLES` from
         ``source`` to ``target`` as they are (a RUNNING job with its
-        attempt, lease and worker), in batches; rows ``target`` has already
-        are left alone, so a copy cut short is run again from the start.
-        Returns the rows inserted per table. ``source`` must have the slots
-        fenced (their rows must not change under the copy)."""
+        attempt, lease and worker), in one transaction on ``target`` that
+        also fences the slots ``copied`` there: all or nothing. A copy run
+        again after its commit copies nothing. Returns the rows copied per
+        table. ``source`` must have the slots fenced (their rows must not
+        change under the copy), ``target`` must not serve them."""
         ...
 
-    async def delete_slots(
-        self, shard: int, slots: Sequence[int], *, batch: int = 5000
-    ) -> dict[str, int]:
+    async def discard_copy(self, shard: int, slots: Sequence[int]) -> dict[str, int]:
+        """Undo :meth:`copy_slots` on ``shard`` (the target of a batch rolled
+        back): the slots' rows deleted and the slots fenced ``absent``, in
+        one transaction. Returns the rows deleted per table."""
+        ...
+
+    async def delete_slots(self, shard: int, slots: Sequence[int]) -> dict[str, int]:
         """Delete the rows of ``slots`` in :data:`MOVABLE_TABLES` from
-        ``shard``, in batches; returns the rows deleted per table."""
+        ``shard`` (the source, after the flip), in one transaction; returns
+        the rows deleted per table."""
         ...
 
     async def slot_rows(self, shard: int, slots: Sequence[int] | None = None) -> dict[str, int]:

@@ -1,19 +1,18 @@
 """Moving slots between PostgreSQL shards: the fence, the barrier after it,
 the copy and the clean (:class:`~cluster.store.contracts.moves.SlotMoves`).
 
-The copy streams each batch as binary COPY from the source into a staging
-table of the target's transaction and merges it with ``ON CONFLICT DO
-NOTHING`` (migration 21): no row is decoded in Python, and a copy cut
-short is simply run again. A batch is a range of the source table's pages
-(a TID range scan), so a table is read once, in order, however many
-batches and whatever share of it the slots hold; the slots' rows do not
-move while they are fenced, since nothing writes them.
+The copy streams a batch's rows as binary COPY from the source, read by
+the move's slot index, straight into the target's tables, in one
+transaction on the target that also fences the slots 'copied' there
+(migration 22): no row is decoded in Python, a copy cut short leaves
+nothing behind, and a copy run again after its commit finds the fence and
+has nothing to do. The slots' rows do not change while they are fenced on
+the source, since nothing writes them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -43,12 +42,7 @@ _SLOT_COLUMN = {"job_keys": "job_id", "cron_occurrences": "cron_id"}
 # How often the barrier looks again at the transactions it waits for.
 _BARRIER_POLL = 0.02
 
-# A batch reads at most this many pages (64 MB of 8 kB pages): well within
-# a statement's timeout on a table whose statistics are off.
-_MOST_PAGES = 8192
 
-# Rows a page holds when the table was never analyzed (a job is ~1 kB).
-_ROWS_PER_PAGE = 8.0
 
 
 def _slots(slots: Sequence[int]) -> list[int]:
@@ -57,9 +51,6 @@ def _slots(slots: Sequence[int]) -> list[int]:
         raise InvalidRequest(f"slots must be in 0..{SLOTS - 1}")
     return out
 
-
-def _tid(page: int) -> str:
-    return f"({page},0)"
 
 
 class PgSlotMoves:
@@ -105,109 +96,89 @@ class PgSlotMoves:
                 shard, "transactions_running", {"vxids": waiting}, scalar_row
             )
 
-    async def _ranges(
-        self, shard: int, table: str, slots: int, batch: int
-    ) -> list[tuple[int, int]]:
-        """The page ranges of ``table`` on ``shard``, each holding about
-        ``batch`` rows of ``slots`` of the 4,096 slots; one range of the
-        whole table when the move's slot index is there (the statement reads
-        the slots' rows by the index, not the pages)."""
-        [(pages, per_page)] = await self.shards.fetch_as(
-            shard, "table_pages", {"table": table}, tuple_row
-        )
-        if self._indexed.get(shard):
-            return [(0, int(pages) + 1)]
-        rows_per_page = float(per_page) if per_page else _ROWS_PER_PAGE
-        share = max(slots, 1) / SLOTS
-        step = max(1, min(_MOST_PAGES, math.ceil(batch / (rows_per_page * share))))
-        return [(lo, min(lo + step, pages)) for lo in range(0, int(pages), step)]
-
     @wrap_exceptions
-    async def copy_slots(
-        self, source: int, target: int, slots: Sequence[int], *, batch: int = 5000
-    ) -> dict[str, int]:
+    async def copy_slots(self, source: int, target: int, slots: Sequence[int]) -> dict[str, int]:
         if source == target:
             raise InvalidRequest("a slot moves to another shard")
         wanted = _slots(slots)
         copied = dict.fromkeys(MOVABLE_TABLES, 0)
         if not wanted:
             return copied
-        ranges = {t: await self._ranges(source, t, len(wanted), batch) for t in MOVABLE_TABLES}
-        grace = {"grace": RUNNING_GRACE_SECONDS, "slots": wanted}
-        if self._indexed.get(source):
-            # Read by the slot index: one range a table, all in one
-            # transaction on the target (one commit a batch, not five).
-            async with (
-                self.shards.connection(target) as dst,
-                dst.transaction(),
-                self.shards.connection(source) as src,
-            ):
-                for table in MOVABLE_TABLES:
-                    for lo, hi in ranges[table]:
-                        args = {"lo": _tid(lo), "hi": _tid(hi), "slots": wanted}
-                        copied[table] += await self._copy_range(src, dst, source, table, args)
-                await dst.execute(QUERIES["slot_running_grace"], grace)
-            return copied
-        for table in MOVABLE_TABLES:
-            for lo, hi in ranges[table]:
-                args = {"lo": _tid(lo), "hi": _tid(hi), "slots": wanted}
-                async with (
-                    self.shards.connection(target) as dst,
-                    dst.transaction(),
-                    self.shards.connection(source) as src,
-                ):
-                    copied[table] += await self._copy_range(src, dst, source, table, args)
-        async with self.shards.connection(target) as dst:
+        await self._by_index(source)
+        # One transaction on the target: the rows, the RUNNING jobs' grace
+        # and the 'copied' fence commit together, or none of them does. A
+        # second copy of the same slots (a mover that lost its lock and woke
+        # up) fails on the rows' unique keys, never doubles one.
+        async with (
+            self.shards.connection(target) as dst,
+            dst.transaction(),
+            self.shards.connection(source) as src,
+        ):
+            cur = await dst.execute(QUERIES["slot_copied"], {"slots": wanted})
+            row = await cur.fetchone()
+            done = int(row[0]) if row else 0
+            if done == len(wanted):
+                return copied  # copied before: a crash after the commit
+            if done:
+                raise RuntimeError(
+                    f"shard {target}: {done} of {len(wanted)} slots were copied already "
+                    "by another batch; the move record and the shard disagree"
+                )
+            for table in MOVABLE_TABLES:
+                copied[table] = await self._copy_table(src, dst, source, table, wanted)
+            grace = {"grace": RUNNING_GRACE_SECONDS, "slots": wanted}
             await dst.execute(QUERIES["slot_running_grace"], grace)
+            await dst.execute(QUERIES["fence_slots"], {"slots": wanted, "state": "copied"})
         return copied
 
-    async def _copy_range(
-        self, src: Any, dst: Any, source: int, table: str, args: dict[str, Any]
+    async def _copy_table(
+        self, src: Any, dst: Any, source: int, table: str, slots: list[int]
     ) -> int:
-        """One page range of ``table``: COPY out of ``source`` into a staging
-        table of ``dst``'s transaction, merged there."""
+        """The slots' rows of ``table``: binary COPY out of ``source`` (read
+        by the slot index) straight into ``dst``'s table, in its transaction."""
         rows_out = sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(
             sql.SQL(QUERIES[f"slot_rows_{table}"])
         )
-        cur = await dst.execute(QUERIES["slot_stage"], {"table": table})
-        staged = await cur.fetchone()
-        assert staged is not None
-        rows_in = sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(sql.Identifier(staged[0]))
+        rows_in = sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(sql.Identifier(table))
+        args = {"slots": slots}
         async with src.cursor() as out_cur, dst.cursor() as in_cur:
             # An error of the source's side is the source's, not the target's.
             with translate_errors(source):
                 async with out_cur.copy(rows_out, args) as out, in_cur.copy(rows_in) as into:
                     async for chunk in out:
                         await into.write(chunk)
-        cur = await dst.execute(QUERIES["slot_merge"], {"table": table})
-        merged = await cur.fetchone()
-        assert merged is not None
-        return int(merged[0])
+            return max(int(out_cur.rowcount), 0)
 
     @wrap_exceptions
-    async def delete_slots(
-        self, shard: int, slots: Sequence[int], *, batch: int = 5000
-    ) -> dict[str, int]:
+    async def discard_copy(self, shard: int, slots: Sequence[int]) -> dict[str, int]:
         wanted = _slots(slots)
         deleted = dict.fromkeys(MOVABLE_TABLES, 0)
         if not wanted:
             return deleted
-        # Any order would do: the slots are absent here by now, and nothing
-        # serves them. A job goes before its key, as it would finish.
-        if self._indexed.get(shard):
-            # By the slot index: the five tables in one transaction (one commit).
-            async with self.shards.connection(shard) as conn, conn.transaction():
-                for table in reversed(MOVABLE_TABLES):
-                    args = {"lo": _tid(0), "hi": _tid(2**31 - 1), "slots": wanted}
-                    cur = await conn.execute(QUERIES[f"slot_delete_{table}"], args)
-                    deleted[table] += cur.rowcount
-            return deleted
+        # The rows and the 'copied' fence go together (migration 22): a
+        # shard holds a slot's rows only while it serves it or has it copied.
+        async with self.shards.connection(shard) as conn, conn.transaction():
+            await self._delete_rows(conn, wanted, deleted)
+            await conn.execute(QUERIES["fence_slots"], {"slots": wanted, "state": "absent"})
+        return deleted
+
+    async def _delete_rows(self, conn: Any, slots: list[int], deleted: dict[str, int]) -> None:
+        # A job goes before its key, as it would finish.
         for table in reversed(MOVABLE_TABLES):
-            for lo, hi in await self._ranges(shard, table, len(wanted), batch):
-                args = {"lo": _tid(lo), "hi": _tid(hi), "slots": wanted}
-                async with self.shards.connection(shard) as conn:
-                    cur = await conn.execute(QUERIES[f"slot_delete_{table}"], args)
-                    deleted[table] += cur.rowcount
+            cur = await conn.execute(QUERIES[f"slot_delete_{table}"], {"slots": slots})
+            deleted[table] += cur.rowcount
+
+    @wrap_exceptions
+    async def delete_slots(self, shard: int, slots: Sequence[int]) -> dict[str, int]:
+        wanted = _slots(slots)
+        deleted = dict.fromkeys(MOVABLE_TABLES, 0)
+        if not wanted:
+            return deleted
+        await self._by_index(shard)
+        # The slots are absent here by now, and nothing serves them: the
+        # five tables in one transaction (one commit), read by the index.
+        async with self.shards.connection(shard) as conn, conn.transaction():
+            await self._delete_rows(conn, wanted, deleted)
         return deleted
 
     @wrap_exceptions
@@ -236,6 +207,12 @@ class PgSlotMoves:
                     ).format(sql.Identifier(name), sql.Identifier(table), sql.Identifier(column)),
                 )
         self._indexed[shard] = present
+
+    async def _by_index(self, shard: int) -> None:
+        """The move's slot index on a shard giving slots away: built at the
+        fence; a mover resumed in another process reads its state once."""
+        if not self._indexed.get(shard):
+            await self.index_slots(shard, True)
 
     async def _ddl(self, shard: int, statement: sql.Composed) -> None:
         # Outside any transaction (CONCURRENTLY), and with no statement

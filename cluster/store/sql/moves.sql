@@ -3,11 +3,9 @@
 -- Conventions (placeholders, arrays, now(), fencing): see the head of
 -- jobs_claims.sql. Loaded by cluster/store/sql/__init__.py.
 --
--- A move reads and deletes a table's rows of its slots by ranges of pages
--- (ctid, a TID range scan), never by an index: there is none on the slot
--- (migration 21), and a range of pages is read once, in order, whatever
--- share of the table the slots hold. The slots' rows stay where they are
--- while the slots are fenced: nothing writes them, so nothing moves them.
+-- A move reads and deletes a table's rows of its slots by the move's slot
+-- index on the giving shard (slot_index_state); a roll-back on the target,
+-- which has none, reads the table.
 -- The statements a COPY runs are bound client-side (psycopg): their
 -- placeholders are %(x)s, never binary.
 
@@ -41,20 +39,11 @@ SELECT l.virtualxid
   FROM pg_locks l
  WHERE l.locktype = 'virtualxid' AND l.granted AND l.virtualxid = ANY(%(vxids)s::text[]);
 
--- name: table_pages
--- A movable table's pages now, and its rows per page as last analyzed.
-SELECT (pg_relation_size(c.oid) / current_setting('block_size')::int)::bigint AS pages,
-       CASE WHEN c.relpages > 0 AND c.reltuples > 0 THEN c.reltuples / c.relpages END AS per_page
-  FROM pg_class c
- WHERE c.oid = %(table)s::regclass;
-
--- name: slot_stage
--- A staging table for one batch of a move's copy, dropped at commit
--- (migration 21): the batch is COPYed into it, then merged.
-SELECT vakit_slot_stage(%(table)s) AS staged;
-
--- name: slot_merge
-SELECT vakit_slot_merge(%(table)s) AS inserted;
+-- name: slot_copied
+-- How many of the slots a copy already brought here (fenced 'copied' in the
+-- copy's own transaction, migration 22).
+SELECT count(*) FROM slot_fences
+ WHERE slot = ANY(%(slots)s::int[]) AND state = 'copied';
 
 -- name: slot_running_grace
 -- The RUNNING jobs a move just copied here keep their attempt and holder, with
@@ -67,49 +56,49 @@ UPDATE jobs
  WHERE status = 'RUNNING' AND vakit_slot(id) = ANY(%(slots)s::int[]);
 
 -- name: slot_rows_cron_jobs
--- A page range's rows of cron_jobs in the slots (a move's copy, as COPY's query).
+-- The rows of cron_jobs in the slots (a move's copy, as COPY's query).
 SELECT * FROM cron_jobs
- WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid AND vakit_slot(id) = ANY(%(slots)s::int[]);
+ WHERE vakit_slot(id) = ANY(%(slots)s::int[]);
 
 -- name: slot_delete_cron_jobs
 DELETE FROM cron_jobs
- WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid AND vakit_slot(id) = ANY(%(slots)s::int[]);
+ WHERE vakit_slot(id) = ANY(%(slots)s::int[]);
 
 -- name: slot_rows_cron_occurrences
--- A page range's rows of cron_occurrences in the slots (a move's copy, as COPY's query).
+-- The rows of cron_occurrences in the slots (a move's copy, as COPY's query).
 SELECT * FROM cron_occurrences
- WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid AND vakit_slot(cron_id) = ANY(%(slots)s::int[]);
+ WHERE vakit_slot(cron_id) = ANY(%(slots)s::int[]);
 
 -- name: slot_delete_cron_occurrences
 DELETE FROM cron_occurrences
- WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid AND vakit_slot(cron_id) = ANY(%(slots)s::int[]);
+ WHERE vakit_slot(cron_id) = ANY(%(slots)s::int[]);
 
 -- name: slot_rows_jobs_far
--- A page range's rows of jobs_far in the slots (a move's copy, as COPY's query).
+-- The rows of jobs_far in the slots (a move's copy, as COPY's query).
 SELECT * FROM jobs_far
- WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid AND vakit_slot(id) = ANY(%(slots)s::int[]);
+ WHERE vakit_slot(id) = ANY(%(slots)s::int[]);
 
 -- name: slot_delete_jobs_far
 DELETE FROM jobs_far
- WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid AND vakit_slot(id) = ANY(%(slots)s::int[]);
+ WHERE vakit_slot(id) = ANY(%(slots)s::int[]);
 
 -- name: slot_rows_jobs
--- A page range's rows of jobs in the slots (a move's copy, as COPY's query).
+-- The rows of jobs in the slots (a move's copy, as COPY's query).
 SELECT * FROM jobs
- WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid AND vakit_slot(id) = ANY(%(slots)s::int[]);
+ WHERE vakit_slot(id) = ANY(%(slots)s::int[]);
 
 -- name: slot_delete_jobs
 DELETE FROM jobs
- WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid AND vakit_slot(id) = ANY(%(slots)s::int[]);
+ WHERE vakit_slot(id) = ANY(%(slots)s::int[]);
 
 -- name: slot_rows_job_keys
--- A page range's rows of job_keys in the slots (a move's copy, as COPY's query).
+-- The rows of job_keys in the slots (a move's copy, as COPY's query).
 SELECT * FROM job_keys
- WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid AND vakit_slot(job_id) = ANY(%(slots)s::int[]);
+ WHERE vakit_slot(job_id) = ANY(%(slots)s::int[]);
 
 -- name: slot_delete_job_keys
 DELETE FROM job_keys
- WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid AND vakit_slot(job_id) = ANY(%(slots)s::int[]);
+ WHERE vakit_slot(job_id) = ANY(%(slots)s::int[]);
 
 -- name: slot_row_counts
 -- Rows per movable table, of the slots (of all when %(all)s).
