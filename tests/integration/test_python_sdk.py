@@ -7,6 +7,7 @@ and driven by a script that imports nothing else."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 from vakit_client import (
     AsyncClient,
@@ -26,6 +28,7 @@ from vakit_client import (
     verify_firing,
 )
 
+from cluster.local.childproc import find_free_port
 from cluster.local.pgserver import PgServer
 from tests.helpers import Sink, start_sink, wait_for
 from tests.pgfixtures import clone_databases, drop_databases
@@ -247,3 +250,59 @@ def test_installed_into_a_fresh_venv_it_drives_the_api_alone(
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.startswith("ok job_") and "/problems/invalid-request" in run.stdout
+
+
+EXAMPLES = REPO / "clients" / "python" / "examples"
+
+
+def test_the_documented_examples_run(api: VakitProcess, worker: VakitProcess, sink: Sink, tmp_path: Path) -> None:
+    """docs/clients.md includes these files: each runs against the API as written."""
+    port = find_free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VAKIT_")}
+    env.update(VAKIT_URL=api.base_url, VAKIT_TOKEN=TOKEN, VAKIT_SIGNING_SECRET=SECRET,
+               ORDERS_URL=sink.url, REPORTS_URL=sink.url, PORT=str(port))  # fmt: skip
+
+    def example(name: str) -> str:
+        done = subprocess.run([sys.executable, str(EXAMPLES / name)], env=env, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    job_id, status = example("create_and_cancel.py").split()
+    assert job_id.startswith("job_") and status == "CANCELLED"
+    # Run again: the key finds the same job, which is cancelled already.
+    again = example("create_and_cancel.py").splitlines()
+    assert again[0].startswith("not cancelled:") and again[1] == f"{job_id} CANCELLED"
+
+    assert example("crons_as_code.py").split("\n")[:2] == ["create reports.settlement", "create reports.usage"]
+    assert example("crons_as_code.py").split() == ["unchanged", "reports.settlement", "unchanged", "reports.usage"]
+
+    with Client(api.base_url, TOKEN) as client:
+        dead = client.create_job(type="order.cancel-unpaid", run_at=datetime.now(UTC),
+                                 target={"kind": "HTTP", "url": sink.url}, payload={"status": 400})  # fmt: skip
+        wait_for(lambda: client.get_job(dead.id).status == "FAILED", what="the job to fail")
+        assert example("retry_dead_letters.py").startswith(f"retrying {dead.id} ")
+        assert client.get_job(dead.id).attempt >= 1
+
+        log = tmp_path / "receiver.out"
+        with log.open("w") as out:
+            receiver = subprocess.Popen([sys.executable, str(EXAMPLES / "receive_firing.py")], env=env,
+                                        stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            wait_for(lambda: _accepts(port), what="the example receiver to listen")
+            fired = client.create_job(type="sdk.receiver", run_at=datetime.now(UTC),
+                                      target={"kind": "HTTP", "url": f"http://127.0.0.1:{port}/hook"},
+                                      payload={"n": 7})  # fmt: skip
+            wait_for(lambda: client.get_job(fired.id).status == "SUCCEEDED", what="the signed firing")
+            assert f"{fired.id} 1 {{'n': 7}}" in log.read_text()
+            unsigned = httpx.post(f"http://127.0.0.1:{port}/hook", content=b"{}",
+                                  headers={"webhook-id": "x", "webhook-timestamp": "1", "webhook-signature": "v1,AAAA"})  # fmt: skip
+            assert unsigned.status_code == 401
+        finally:
+            receiver.terminate()
+            receiver.wait(timeout=10)
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
