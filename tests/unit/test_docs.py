@@ -60,7 +60,8 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
     missing heading and one to a missing page do not build, and say why."""
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "docs", copy / "docs")
-    for name in ("mkdocs.yml", "README.md", "ops/README.md", "benchmarks/README.md"):
+    examples = [p.relative_to(ROOT).as_posix() for p in ROOT.glob("clients/*/examples/*.*")]
+    for name in ("mkdocs.yml", "README.md", "ops/README.md", "benchmarks/README.md", *examples):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, copy / name)
     api = copy / "docs" / "api.md"
