@@ -31,8 +31,7 @@ from vakit_client import (
 from cluster.local.childproc import find_free_port
 from cluster.local.pgserver import PgServer
 from tests.helpers import Sink, start_sink, wait_for
-from tests.pgfixtures import clone_databases, drop_databases
-from tests.procs import REPO, ProcessHarness, VakitProcess
+from tests.procs import REPO, ProcessHarness, VakitProcess, processes_on_fresh_shards
 from tests.procs import TOKEN as OPERATOR_TOKEN
 
 pytestmark = pytest.mark.integration
@@ -44,14 +43,9 @@ UV = REPO / ".uv" / "bin" / "uv"
 
 @pytest.fixture(scope="module")
 def harness(pg_servers: list[PgServer], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessHarness]:
-    dsns = clone_databases(pg_servers)
-    procs = ProcessHarness(dsns, tmp_path_factory.mktemp("sdk-logs"))
-    procs.settings.update(api_tokens=f"{TOKEN}={OWNER}", signing_secrets=f"{OWNER}={SECRET}")
-    try:
+    settings = {"api_tokens": f"{TOKEN}={OWNER}", "signing_secrets": f"{OWNER}={SECRET}"}
+    with processes_on_fresh_shards(pg_servers, tmp_path_factory.mktemp("sdk-logs"), **settings) as procs:
         yield procs
-    finally:
-        procs.close()
-        drop_databases(dsns)
 
 
 @pytest.fixture(scope="module")

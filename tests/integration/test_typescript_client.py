@@ -21,8 +21,7 @@ from cluster.local.childproc import find_free_port
 from cluster.local.pgserver import PgServer
 from cluster.targets.signing import Signer
 from tests.helpers import wait_for
-from tests.pgfixtures import clone_databases, drop_databases
-from tests.procs import REPO, ProcessHarness, VakitProcess
+from tests.procs import REPO, VakitProcess, processes_on_fresh_shards
 
 pytestmark = pytest.mark.integration
 
@@ -35,14 +34,9 @@ GENERATE = ["--default-non-nullable", "false"]
 
 @pytest.fixture(scope="module")
 def api(pg_servers: list[PgServer], tmp_path_factory: pytest.TempPathFactory) -> Iterator[VakitProcess]:
-    dsns = clone_databases(pg_servers)
-    procs = ProcessHarness(dsns, tmp_path_factory.mktemp("ts-logs"))
-    procs.settings.update(api_tokens=f"{TOKEN}={OWNER}")
-    try:
+    log_dir = tmp_path_factory.mktemp("ts-logs")
+    with processes_on_fresh_shards(pg_servers, log_dir, api_tokens=f"{TOKEN}={OWNER}") as procs:
         yield procs.api().wait_ready()
-    finally:
-        procs.close()
-        drop_databases(dsns)
 
 
 def _node_env() -> dict[str, str]:

@@ -6,6 +6,7 @@ tests/integration/test_python_sdk.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 import time
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -287,3 +289,19 @@ def test_apply_plans_creates_updates_unchanged_and_prunes() -> None:
     assert changes[2].fields["startAt"] == "2030-01-01T00:00:00+00:00"
     with pytest.raises(ValueError, match="prefix"):
         plan_changes([{**wanted[0], "name": "x.y"}], server, "ops.", prune=False)
+
+
+def test_the_sync_client_is_the_async_one_without_asyncio() -> None:
+    # client.py is written from async_client.py (an operation is written
+    # once); an edit to either alone fails here.
+    tool = Path(__file__).resolve().parents[2] / "clients" / "python" / "tools" / "async_to_sync.py"
+    spec = importlib.util.spec_from_file_location("async_to_sync", tool)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    source = (module.HERE / "async_client.py").read_text()
+    assert module.sync_source(source) == (module.HERE / "client.py").read_text(), (
+        "clients/python/vakit_client/client.py is stale: run clients/python/tools/async_to_sync.py"
+    )
+    public = [name.replace("aclose", "close") for name in vars(AsyncClient) if not name.startswith("_")]
+    assert public == [name for name in vars(Client) if not name.startswith("_")]

@@ -1,6 +1,7 @@
-"""The asyncio client: :class:`~vakit_client.Client`'s methods, awaited
-(the searches are async iterators). Both send the calls of
-:mod:`vakit_client.calls`; the docstrings are on :class:`Client`."""
+"""The asyncio client. Both clients send the calls of :mod:`vakit_client.calls`;
+this one is the source of the other: ``client.py`` (:class:`Client`) is
+written from it by ``clients/python/tools/async_to_sync.py``, which takes the
+asyncio out."""
 
 from __future__ import annotations
 
@@ -32,7 +33,13 @@ T = TypeVar("T")
 
 
 class AsyncClient:
-    """A Vakit API client for one owner's token, on asyncio (see :class:`Client`)."""
+    """A Vakit API client for one owner's token.
+
+    ``base_url`` is the API's address without ``/api/v1`` (it is taken off
+    when given). Every call has a timeout (``timeout``, default 10 s and 5 s
+    to connect) and is retried as :class:`RetryPolicy` says; pass ``http``
+    to bring your own ``httpx.AsyncClient`` (its base URL and auth are set here).
+    """
 
     def __init__(
         self,
@@ -60,6 +67,7 @@ class AsyncClient:
         await self._http.aclose()
 
     async def send(self, call: Call[T]) -> T:
+        """Send one call, waiting and sending again as the retry policy says."""
         attempts = self.retry.start(call)
         while True:
             try:
@@ -83,27 +91,37 @@ class AsyncClient:
         idempotency_key: str | None = None,
         **options: Any,
     ) -> CreatedJob:
+        """Schedule a one-shot job. ``idempotency_key`` defaults to a new
+        random key, kept across this call's retries; give your own (an
+        order id…) to make repeats of your operation create one job.
+        ``options``: ``max_attempts``, ``timeout_seconds``, ``labels``."""
         spec = {"type": type, "run_at": run_at, "target": target, "payload": payload, **options}
         return await self.send(calls.create_job(spec, idempotency_key))
 
     async def create_jobs(
         self, jobs: Sequence[calls.JobSpec | Mapping[str, Any]]
     ) -> list[BatchItem]:
+        """Up to 1,000 jobs in one request, each with its own result (a
+        failed one carries its exception in ``error``)."""
         return await self.send(calls.create_jobs(jobs))
 
     async def get_job(self, job_id: str) -> Job:
         return await self.send(calls.job("GET", job_id))
 
     async def reschedule_job(self, job_id: str, run_at: datetime | str) -> Job:
-        body = calls.api_fields({"run_at": run_at})
-        return await self.send(calls.job("PATCH", job_id, body=body))
+        """Move a SCHEDULED job's ``runAt`` (PATCH); Conflict once it started."""
+        return await self.send(
+            calls.job("PATCH", job_id, body=calls.api_fields({"run_at": run_at}))
+        )
 
     patch_job = reschedule_job
 
     async def cancel_job(self, job_id: str) -> Job:
+        """Cancel a job that has not started; Conflict once it has."""
         return await self.send(calls.job("DELETE", job_id))
 
     async def retry_job(self, job_id: str) -> Job:
+        """Run a FAILED or CANCELLED job again (same id and scheduledFor)."""
         return await self.send(calls.job("POST", job_id, "retry"))
 
     async def pause_job(self, job_id: str, reason: str) -> Job:
@@ -127,6 +145,8 @@ class AsyncClient:
         attempts: bool = False,
         allow_partial: bool = False,
     ) -> AsyncIterator[Job]:
+        """Every matching job, newest first, fetched a page at a time as the
+        iteration goes (the API's cursor followed to the end)."""
         query = calls.search_query(
             status=status, type=type, cron_job_id=cron_job_id, run_at_from=run_at_from,
             run_at_to=run_at_to, finished_from=finished_from, finished_to=finished_to,
@@ -146,6 +166,10 @@ class AsyncClient:
     async def create_cron(
         self, *, name: str, schedule: str, time_zone: str, target: Mapping[str, Any], **options: Any
     ) -> Cron:
+        """Define a cron job (the same name and definition again returns
+        it; another definition under the name is a Conflict: update it).
+        ``options`` by their Python names: ``payload``, ``misfire_policy``,
+        ``concurrency``, ``jitter_seconds``, ``max_attempts``, ``start_at``…"""
         fields = {"name": name, "schedule": schedule, "time_zone": time_zone, "target": target}
         return await self.send(calls.create_cron({**fields, **options}))
 
@@ -153,12 +177,14 @@ class AsyncClient:
         return await self.send(calls.cron("GET", cron_id))
 
     async def update_cron(self, cron_id: str, **fields: Any) -> Cron:
+        """Change the fields given; the others are kept."""
         return await self.send(calls.cron("PATCH", cron_id, body=calls.api_fields(fields)))
 
     async def delete_cron(self, cron_id: str) -> None:
         await self.send(calls.delete_cron(cron_id))
 
     async def list_crons(self) -> AsyncIterator[Cron]:
+        """Every cron job of the owner, by name, a page at a time."""
         after = ""
         while True:
             page, cursor = await self.send(calls.crons_page(after))
@@ -175,11 +201,13 @@ class AsyncClient:
         return await self.send(calls.cron("POST", cron_id, "resume"))
 
     async def trigger_cron(self, cron_id: str) -> Triggered:
+        """One extra occurrence now."""
         return await self.send(calls.trigger(cron_id))
 
     async def preview_cron(
         self, cron_id: str, *, start: datetime | str | None = None, count: int = 10
     ) -> Preview:
+        """The next ``count`` fire instants after ``start`` (default now)."""
         return await self.send(calls.preview(cron_id, start, count))
 
     async def backfill_cron(
@@ -192,6 +220,9 @@ class AsyncClient:
         rerun: bool = False,
         dry_run: bool = False,
     ) -> BackfillResult:
+        """Occurrences for the slots in ``[start, end)``, due now; slots that
+        have one are reported, not doubled. Follows ``nextFrom`` to the end
+        of the range (the API makes at most 1,000 slots a call)."""
         result: BackfillResult | None = None
         while True:
             page = await self.send(
@@ -210,8 +241,11 @@ class AsyncClient:
         prune: bool = False,
         dry_run: bool = False,
     ) -> list[CronChange]:
-        server = [c async for c in self.list_crons()]
-        changes = plan_changes(definitions, server, owns, prune)
+        """Make the server's cron jobs match ``definitions`` (each the
+        keywords of :meth:`create_cron`): create, update and, with ``prune``,
+        delete those named with the ``owns`` prefix that are no longer
+        defined. Returns the changes (with ``dry_run``, makes none)."""
+        changes = plan_changes(definitions, [c async for c in self.list_crons()], owns, prune)
         for change in [] if dry_run else changes:
             if change.action == "create":
                 await self.send(calls.create_cron(change.fields))

@@ -1,5 +1,8 @@
-"""The synchronous client. :class:`~vakit_client.AsyncClient` has the same
-methods, awaited; both send the calls of :mod:`vakit_client.calls`."""
+# Written by clients/python/tools/async_to_sync.py from async_client.py:
+# edit that file and run the tool, not this one.
+
+"""The synchronous client: :class:`~vakit_client.AsyncClient`'s operations
+without asyncio (the searches are plain iterators)."""
 
 from __future__ import annotations
 
@@ -237,7 +240,7 @@ class Client:
         keywords of :meth:`create_cron`): create, update and, with ``prune``,
         delete those named with the ``owns`` prefix that are no longer
         defined. Returns the changes (with ``dry_run``, makes none)."""
-        changes = plan_changes(definitions, list(self.list_crons()), owns, prune)
+        changes = plan_changes(definitions, [c for c in self.list_crons()], owns, prune)
         for change in [] if dry_run else changes:
             if change.action == "create":
                 self.send(calls.create_cron(change.fields))
