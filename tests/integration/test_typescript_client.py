@@ -70,7 +70,7 @@ def test_the_node_client_against_a_live_api(api: VakitProcess, tmp_path: Path) -
     for command in (["npm", "run", "-s", "build"], ["node", "--test", "test/"]):
         done = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=300, env=env)
         assert done.returncode == 0, f"{command}: {done.stdout}\n{done.stderr}"
-    assert "# pass 2" in done.stdout and "# fail 0" in done.stdout, done.stdout
+    assert "# pass 4" in done.stdout and "# fail 0" in done.stdout, done.stdout
 
     # The documented example (docs/clients.md includes it), run twice: the
     # key finds the same job the second time, cancelled already.

@@ -12,6 +12,7 @@
  */
 import createClient, { type Client, type ClientOptions } from "openapi-fetch";
 
+import { type RetryOptions, retryingFetch } from "./retrying.js";
 import type { components, operations, paths } from "./schema.js";
 
 export type { components, operations, paths };
@@ -25,14 +26,33 @@ export interface VakitOptions extends Omit<ClientOptions, "baseUrl"> {
   baseUrl: string;
   /** A tenant token: sent as `Authorization: Bearer <token>`. */
   token: string;
+  /** How calls are retried (retrying.ts); false: never. */
+  retry?: RetryOptions | false;
 }
 
-export function createVakitClient({ baseUrl, token, headers, ...rest }: VakitOptions): VakitClient {
-  return createClient<paths>({
+const CREATE = /\/api\/v1\/jobs$/;
+
+/**
+ * An openapi-fetch client for the API. A create without an Idempotency-Key
+ * gets a new one, which its retries then carry.
+ */
+export function createVakitClient({ baseUrl, token, headers, retry, fetch, ...rest }: VakitOptions): VakitClient {
+  const inner = fetch ?? ((request: Request) => globalThis.fetch(request));
+  const client = createClient<paths>({
     ...rest,
+    fetch: retry === false ? inner : retryingFetch(inner, retry),
     baseUrl: baseUrl.replace(/\/+$/, "").replace(/\/api\/v1$/, ""),
     headers: { ...(headers as Record<string, string> | undefined), Authorization: `Bearer ${token}` },
   });
+  client.use({
+    onRequest({ request }) {
+      if (request.method === "POST" && CREATE.test(new URL(request.url).pathname) && !request.headers.has("Idempotency-Key")) {
+        request.headers.set("Idempotency-Key", newIdempotencyKey());
+      }
+      return request;
+    },
+  });
+  return client;
 }
 
 /** A new Idempotency-Key for one create: send the same one on its retries. */
@@ -69,3 +89,4 @@ export function unwrap<T>(result: { data?: T; error?: unknown; response: Respons
 }
 
 export { DEFAULT_TOLERANCE, type Firing, InvalidSignature, verifyFiring } from "./firings.js";
+export { type RetryOptions, retryingFetch } from "./retrying.js";
