@@ -87,6 +87,12 @@ def test_create_find_cancel_and_a_refused_call(api: VakitProcess, client: Client
     assert again.id == first.id and again.replayed
     assert {j.id for j in client.search_jobs(status="SCHEDULED", type="sdk.cancel")} == {job.id, first.id}
 
+    moved = client.reschedule_job(job.id, later + timedelta(minutes=5))
+    assert moved.run_at == got.run_at + timedelta(minutes=5) and moved.scheduled_for == got.scheduled_for
+    paused = client.pause_job(job.id, "waiting for payment")
+    assert paused.paused and paused.raw["pauseReason"] == "waiting for payment"
+    assert client.resume_job(job.id).paused is False
+
     assert client.cancel_job(job.id).status == "CANCELLED"
     with pytest.raises(Conflict) as conflict:
         client.cancel_job(job.id)
@@ -172,6 +178,9 @@ def test_crons_as_code_preview_pause_trigger_and_backfill(client: Client, sink: 
     assert client.get_cron(cron.id).raw["maxAttempts"] == 7
     with pytest.raises(NotFound):
         client.get_cron(crons["sdk.nightly"].id)
+    assert client.update_cron(cron.id, jitter_seconds=30).raw["jitterSeconds"] == 30
+    client.delete_cron(cron.id)
+    assert [c.name for c in client.list_crons() if c.name.startswith("sdk.")] == []
 
 
 async def test_the_async_client(api: VakitProcess, sink: Sink) -> None:
