@@ -20,25 +20,30 @@ UV_HOME := .uv
 UV := $(UV_HOME)/bin/uv
 PG_BIN := /usr/lib/postgresql/15/bin
 ZK_JAR := /usr/share/java/zookeeper.jar
+# The TypeScript client (clients/typescript): its node_modules come from its
+# committed package-lock.json, exactly (npm ci), as .venv comes from uv.lock.
+TS := clients/typescript
+TS_STAMP := $(TS)/node_modules/.installed
 
-.PHONY: run test setup lock os-deps lint typecheck unit integration faults bench docs clean
+.PHONY: run test setup lock os-deps lint typecheck unit integration faults bench docs ts-client clean
 
-setup: os-deps $(STAMP)
+setup: os-deps $(STAMP) $(TS_STAMP)
 
 # PostgreSQL 15 and Java come with the machine; ZooKeeper, promtool (which
 # checks ops/prometheus in the tests) and libfaketime (the clock-jump fault
 # test runs a worker under it) do not, nor Chromium and its WebDriver (the web
 # console's browser tests drive them; Debian's packages, no browser download),
-# nor valgrind (benchmarks.instructions counts the API's instructions with it).
+# nor valgrind (benchmarks.instructions counts the API's instructions with it),
+# nor Node.js and npm (the TypeScript client's build and its test).
 os-deps:
 	@if [ ! -x $(PG_BIN)/initdb ] || [ ! -f $(ZK_JAR) ] || ! command -v java >/dev/null \
 	    || ! command -v promtool >/dev/null || ! command -v faketime >/dev/null \
 	    || ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null \
-	    || ! command -v valgrind >/dev/null; then \
-	  echo "installing OS packages (postgresql-15, zookeeper, java, promtool, faketime, chromium, valgrind)"; \
+	    || ! command -v valgrind >/dev/null || ! command -v npm >/dev/null; then \
+	  echo "installing OS packages (postgresql-15, zookeeper, java, promtool, faketime, chromium, valgrind, nodejs)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends postgresql-15 zookeeper default-jre-headless prometheus \
-	    faketime chromium chromium-driver valgrind >/dev/null; \
+	    faketime chromium chromium-driver valgrind $$(command -v npm >/dev/null || echo nodejs npm) >/dev/null; \
 	fi
 
 $(UV):
@@ -49,6 +54,17 @@ $(STAMP): pyproject.toml uv.lock | $(UV)
 	@$(UV) sync --locked --all-extras --python $(PY) -q || { \
 	  echo "uv.lock does not match pyproject.toml: run 'make lock' and commit uv.lock" >&2; exit 1; }
 	touch $(STAMP)
+
+$(TS_STAMP): $(TS)/package.json $(TS)/package-lock.json
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(TS_STAMP)
+
+# Regenerate the TypeScript client's types (clients/typescript/src/schema.d.ts)
+# from the API's OpenAPI document; commit the result. The suite compares them
+# with a live API's /openapi.json (tests/integration/test_typescript_client.py).
+ts-client: $(STAMP) $(TS_STAMP)
+	$(BIN)/python $(TS)/openapi_document.py > $(TS)/openapi.json
+	cd $(TS) && npm run -s generate
 
 # Re-resolve uv.lock after a change to pyproject.toml's dependencies.
 lock: | $(UV)
@@ -77,4 +93,4 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) $(UV_HOME) .vakit bench-out site
+	rm -rf $(VENV) $(UV_HOME) .vakit bench-out site $(TS)/node_modules $(TS)/dist

@@ -28,19 +28,12 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _settings(config: str | None) -> Settings:
-    from cluster.config import load_settings
+    from cluster.config import describe_invalid, load_settings
 
     try:
         return load_settings(config)
     except Exception as exc:  # pydantic's message names the bad variable
-        from pydantic import ValidationError
-
-        if isinstance(exc, ValidationError):
-            errors = "; ".join(
-                f"VAKIT_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
-            )
-            raise click.ClickException(f"invalid configuration: {errors}") from exc
-        raise click.ClickException(f"invalid configuration: {_one_line(exc)}") from exc
+        raise click.ClickException(f"invalid configuration: {describe_invalid(exc)}") from exc
 
 
 def _need_shards(settings: Settings) -> None:
@@ -101,7 +94,8 @@ def up(
     demo: bool,
 ) -> None:
     """Run a whole local cluster in the foreground (Ctrl-C stops it all)."""
-    from cluster.local.localcluster import LocalCluster, _port_free, run_foreground
+    from cluster.config import describe_invalid
+    from cluster.local.localcluster import ChildExited, LocalCluster, _port_free, run_foreground
     from cluster.local.pgserver import PgServerError
     from cluster.local.zkserver import DEFAULT_ZK_JAR, zookeeper_available
 
@@ -124,7 +118,15 @@ def up(
         kafka=kafka,
     )
     try:
+        cluster.check_config()
+    except Exception as exc:  # whatever the children's own start would say
+        raise click.ClickException(
+            f"invalid configuration: {describe_invalid(exc)} (nothing was started)"
+        ) from exc
+    try:
         code = run_foreground(cluster, demo)
+    except ChildExited as exc:  # the whole message: it ends with the child's log
+        raise click.ClickException(f"{exc}\n(all logs in {cluster.data_dir / 'logs'})") from exc
     except (PgServerError, RuntimeError, OSError, TimeoutError) as exc:
         raise click.ClickException(
             f"{_one_line(exc)} (logs in {Path(data_dir).resolve()})"

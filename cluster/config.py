@@ -10,6 +10,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,7 +27,7 @@ from pydantic_settings import (
 from cluster.targets.scope import DEFAULT_HEADER_DENY, Grant
 from cluster.targets.signing import decode_secret
 
-__all__ = ["Settings", "load_settings", "split_shards"]
+__all__ = ["Settings", "describe_invalid", "load_settings", "settings_in", "split_shards"]
 
 
 def split_shards(value: Any) -> Any:
@@ -424,3 +426,40 @@ def load_settings(config_file: str | None = None, **overrides: Any) -> Settings:
     if config_file:
         os.environ["VAKIT_CONFIG"] = config_file
     return Settings(**overrides)
+
+
+def describe_invalid(exc: Exception) -> str:
+    """One line that names each bad variable and why: pydantic's errors as
+    ``VAKIT_NAME: message``, anything else by its first line."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"VAKIT_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
+        )
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def settings_in(env: Mapping[str, str]) -> Settings:
+    """The settings a process started with exactly ``env`` would load (its
+    ``VAKIT_CONFIG`` file included); raises what that process would.
+
+    ``vakit up`` checks its children's configuration with it before it starts
+    anything. pydantic-settings reads ``os.environ`` only, so the environment
+    is swapped for the call: a caller does this before it starts threads.
+    """
+    with _environment(env):
+        return Settings()

@@ -47,6 +47,9 @@ class Firing:
     idempotency_key: str
     payload: Any
     at: float
+    # As received: what a receiver verifies a signature over.
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
 
 
 @dataclass
@@ -89,7 +92,8 @@ def start_sink() -> Sink:
         protocol_version = "HTTP/1.1"
 
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.loads(raw)
             payload = body.get("payload") or {}
             with sink.lock:
                 sink.firings.append(
@@ -100,6 +104,8 @@ def start_sink() -> Sink:
                         self.headers.get("Idempotency-Key", ""),
                         payload,
                         time.monotonic(),
+                        dict(self.headers.items()),
+                        raw,
                     )
                 )
             status = 200

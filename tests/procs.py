@@ -37,6 +37,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.local.childproc import find_free_port
+from cluster.local.pgserver import PgServer
 
 __all__ = [
     "FAULT_SETTINGS",
@@ -46,6 +47,7 @@ __all__ = [
     "ProcessHarness",
     "SinkFiring",
     "VakitProcess",
+    "processes_on_fresh_shards",
     "running_processes",
 ]
 
@@ -425,3 +427,22 @@ def running_processes(shards: list[str], log_dir: Path) -> Iterator[ProcessHarne
         yield harness
     finally:
         harness.close()
+
+
+@contextlib.contextmanager
+def processes_on_fresh_shards(
+    servers: list[PgServer], log_dir: Path, **settings: str
+) -> Iterator[ProcessHarness]:
+    """A harness on shard databases cloned for it (the migrated template),
+    with ``settings`` over the fault settings; the databases are dropped
+    when it closes. A test module's processes share it."""
+    from tests.pgfixtures import clone_databases, drop_databases
+
+    dsns = clone_databases(servers)
+    harness = ProcessHarness(dsns, log_dir)
+    harness.settings.update(settings)
+    try:
+        yield harness
+    finally:
+        harness.close()
+        drop_databases(dsns)

@@ -25,7 +25,32 @@ from cluster.local.childproc import find_free_port
 from cluster.local.pgserver import PgServer
 from cluster.store.migrate import migrate_shard
 
-__all__ = ["LocalCluster", "ready_banner"]
+__all__ = ["ChildExited", "LocalCluster", "ready_banner"]
+
+# Lines of a dead child's log shown with the error: enough for a traceback's
+# end or a configuration error, short enough to read in a terminal.
+TAIL_LINES = 20
+
+
+class ChildExited(RuntimeError):
+    """A child process (the API, a worker) exited before it was stopped; the
+    message ends with the last lines of its own log, where its reason is."""
+
+    def __init__(self, name: str, code: int, log: Path, tail: list[str]) -> None:
+        self.name, self.code, self.log, self.tail = name, code, log, tail
+        shown = "\n".join(f"  | {line}" for line in tail) if tail else "  (its log is empty)"
+        super().__init__(f"{name} exited early with code {code}; the end of {log}:\n{shown}")
+
+
+def log_tail(path: Path, start: int = 0, lines: int = TAIL_LINES) -> list[str]:
+    """The last ``lines`` non-blank lines written to ``path`` after byte ``start``."""
+    try:
+        with path.open("rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [ln for ln in text.splitlines() if ln.strip()][-lines:]
 
 
 def _port_free(port: int) -> bool:
@@ -56,6 +81,9 @@ class LocalCluster:
     zk: Any = field(default=None, init=False)
     broker: Any = field(default=None, init=False)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list, init=False)
+    # Per child: its name, log and where this run's lines start in it (the
+    # log is appended to across restarts of the cluster).
+    children: dict[int, tuple[str, Path, int]] = field(default_factory=dict, init=False)
     token: str = field(default="", init=False)
     worker_ports: list[int] = field(default_factory=list, init=False)
     state: dict[str, Any] = field(default_factory=dict, init=False)
@@ -88,6 +116,24 @@ class LocalCluster:
             token=self.token,
         )
         (self.data_dir / "cluster.json").write_text(json.dumps(self.state, indent=2))
+
+    def check_config(self) -> None:
+        """Load the settings each child will load, before anything starts: a
+        bad VAKIT_… variable (or VAKIT_CONFIG file) stops `vakit up` with its
+        reason rather than with a child that exits after the shards started.
+        The shards, ZooKeeper and broker addresses are placeholders of the
+        same shape as the real ones (those are this command's own)."""
+        from cluster.config import settings_in
+
+        # The token is made in start(); any of its shape checks the same.
+        env = self._env(self.token or secrets.token_urlsafe(18))
+        env["VAKIT_SHARDS"] = ",".join(
+            f"host=127.0.0.1 port=5432 dbname=vakit_{i}" for i in range(self.shards)
+        )
+        if self.zookeeper:
+            env["VAKIT_ZK"] = "127.0.0.1:2181/vakit"
+        for role_env in (self._api_env(env, 0, 0), self._worker_env(env, 0, 0)):
+            settings_in(role_env)
 
     def start(self) -> None:
         self.data_dir = self.data_dir.resolve()
@@ -131,24 +177,26 @@ class LocalCluster:
             self.api_metrics_port = find_free_port()
         # The API's /metrics on loopback only, no token (and on the API port
         # to the operator token).
-        self._spawn(
-            "api",
-            {
-                **env,
-                "VAKIT_API_PORT": str(self.api_port),
-                "VAKIT_METRICS_HOST": env.get("VAKIT_METRICS_HOST", "127.0.0.1"),
-                "VAKIT_API_METRICS_PORT": str(self.api_metrics_port),
-            },
-        )
+        self._spawn("api", self._api_env(env, self.api_port, self.api_metrics_port))
         for w in range(self.workers):
             port = find_free_port()
             self.worker_ports.append(port)
-            self._spawn(
-                f"worker-{w}",
-                {**env, "VAKIT_WORKER_ID": f"local-worker-{w}", "VAKIT_METRICS_PORT": str(port)},
-            )
+            self._spawn(f"worker-{w}", self._worker_env(env, w, port))
 
-    def _env(self) -> dict[str, str]:
+    @staticmethod
+    def _api_env(env: dict[str, str], port: int, metrics_port: int) -> dict[str, str]:
+        return {
+            **env,
+            "VAKIT_API_PORT": str(port),
+            "VAKIT_METRICS_HOST": env.get("VAKIT_METRICS_HOST", "127.0.0.1"),
+            "VAKIT_API_METRICS_PORT": str(metrics_port),
+        }
+
+    @staticmethod
+    def _worker_env(env: dict[str, str], index: int, port: int) -> dict[str, str]:
+        return {**env, "VAKIT_WORKER_ID": f"local-worker-{index}", "VAKIT_METRICS_PORT": str(port)}
+
+    def _env(self, token: str = "") -> dict[str, str]:
         # The production variables (VAKIT_…) the user exported are honoured;
         # the shards and a token are this cluster's own.
         env = dict(os.environ)
@@ -156,7 +204,7 @@ class LocalCluster:
         # The printed token is an operator's (it reads /api/v1/cluster and
         # /metrics) that acts as the owner service 'demo'.
         tokens = [t for t in [os.environ.get("VAKIT_OPERATOR_TOKENS", "")] if t]
-        env["VAKIT_OPERATOR_TOKENS"] = ",".join([*tokens, f"{self.token}=demo"])
+        env["VAKIT_OPERATOR_TOKENS"] = ",".join([*tokens, f"{token or self.token}=demo"])
         # A local cluster fires at local services.
         env.setdefault("VAKIT_ALLOW_PRIVATE_TARGETS", "true")
         env.update(self.extra_env)
@@ -164,15 +212,28 @@ class LocalCluster:
 
     def _spawn(self, name: str, env: dict[str, str]) -> None:
         role = "api" if name == "api" else "worker"
-        log = open(self.data_dir / "logs" / f"{name}.log", "ab")  # lives as long as the child
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", role],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        path = self.data_dir / "logs" / f"{name}.log"
+        # The child holds its own copy of the descriptor; ours closes here.
+        with open(path, "ab") as log:
+            start = log.seek(0, os.SEEK_END)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "cluster.cli", role],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs.append(proc)
+        self.children[proc.pid] = (name, path, start)
+
+    def exited(self) -> ChildExited | None:
+        """The first child that has exited, with the end of its log; None
+        while all of them run."""
+        for proc in self.procs:
+            if proc.poll() is not None:
+                name, path, start = self.children[proc.pid]
+                return ChildExited(name, proc.returncode, path, log_tail(path, start))
+        return None
 
     def wait_ready(self, timeout: float = 90.0) -> dict[str, Any]:
         """Until the API is ready (every shard migrated and polled) and every
@@ -183,11 +244,9 @@ class LocalCluster:
             f"http://127.0.0.1:{p}/readyz" for p in self.worker_ports
         ]
         while time.monotonic() < deadline:
-            for proc in self.procs:
-                if proc.poll() is not None:
-                    raise RuntimeError(
-                        f"a process exited early ({proc.args!r}); see {self.data_dir / 'logs'}"
-                    )
+            dead = self.exited()
+            if dead is not None:
+                raise dead
             try:
                 answers = []
                 for url in urls:
@@ -265,12 +324,10 @@ def run_foreground(cluster: LocalCluster, demo: bool) -> int:
 
             run_demo(cluster.api_url, cluster.token, stop)
         while not stop.is_set():
-            for proc in cluster.procs:
-                if proc.poll() is not None:
-                    print(
-                        f"process {proc.args!r} exited with {proc.returncode}; stopping", flush=True
-                    )
-                    stop.set()
+            dead = cluster.exited()
+            if dead is not None:
+                print(f"{dead}\nstopping the others", flush=True)
+                stop.set()
             stop.wait(1.0)
         return 0
     finally:

@@ -149,3 +149,14 @@ def test_a_malformed_secret_setting_names_its_item_and_never_prints_it(
     line = one_line_error(vakit("worker", shards=UNREACHABLE, **{setting: f"ok=fine-value-1234567,{secret}"}))
     assert setting in line and "item 2" in line, line
     assert secret.strip("=") not in line, line
+
+
+def test_up_with_a_bad_setting_says_which_before_it_starts_anything(tmp_path: Path) -> None:
+    out = vakit(
+        "up", "--no-zookeeper", "--no-kafka", "--api-port", "0", "--data-dir", str(tmp_path / "d"),
+        VAKIT_OWNER_CREATE_BURST="0",
+    )  # fmt: skip
+    line = one_line_error(out)
+    assert "VAKIT_OWNER_CREATE_BURST: Input should be greater than or equal to 1" in line, line
+    assert "nothing was started" in line and "starting PostgreSQL" not in out.stdout
+    assert not (tmp_path / "d").exists()

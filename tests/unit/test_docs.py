@@ -36,7 +36,7 @@ def test_the_site_builds_strictly_with_every_page(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     pages = {p.relative_to(site).as_posix() for p in site.rglob("*.html")}
     for page in (
-        "index.html", "api.html", "crons.html", "cli.html", "console.html",
+        "index.html", "api.html", "clients.html", "crons.html", "cli.html", "console.html",
         "operations.html", "runbook.html", "tenancy-and-security.html", "design.html",
         "architecture.html", "development.html", "benchmarks/index.html",
         "benchmarks/harness.html", "benchmarks/method.html",
@@ -50,6 +50,9 @@ def test_the_site_builds_strictly_with_every_page(tmp_path: Path) -> None:
     assert "VakitStartLatenessHigh" in (site / "runbook.html").read_text()
     assert "benchmarks.doors" in (site / "benchmarks" / "harness.html").read_text()
     assert "client services" in (site / "design.html").read_text()
+    # The client examples are the files the SDK's tests run, included whole.
+    clients = (site / "clients.html").read_text()
+    assert "verify_firing" in clients and "apply_crons" in clients and "cancel_job" in clients
 
 
 def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
@@ -57,7 +60,8 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
     missing heading and one to a missing page do not build, and say why."""
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "docs", copy / "docs")
-    for name in ("mkdocs.yml", "README.md", "ops/README.md", "benchmarks/README.md"):
+    examples = [p.relative_to(ROOT).as_posix() for p in ROOT.glob("clients/*/examples/*.*")]
+    for name in ("mkdocs.yml", "README.md", "ops/README.md", "benchmarks/README.md", *examples):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, copy / name)
     api = copy / "docs" / "api.md"

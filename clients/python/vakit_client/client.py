@@ -1,0 +1,251 @@
+# Written by clients/python/tools/async_to_sync.py from async_client.py:
+# edit that file and run the tool, not this one.
+
+"""The synchronous client: :class:`~vakit_client.AsyncClient`'s operations
+without asyncio (the searches are plain iterators)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import httpx
+
+from vakit_client import calls
+from vakit_client.crons_as_code import plan_changes
+from vakit_client.models import (
+    BackfillResult,
+    BatchItem,
+    CreatedJob,
+    Cron,
+    CronChange,
+    Job,
+    Preview,
+    Triggered,
+)
+from vakit_client.retrying import Call, RetryPolicy
+from vakit_client.settings import DEFAULT_TIMEOUT, http_options
+
+__all__ = ["Client"]
+
+T = TypeVar("T")
+
+
+class Client:
+    """A Vakit API client for one owner's token.
+
+    ``base_url`` is the API's address without ``/api/v1`` (it is taken off
+    when given). Every call has a timeout (``timeout``, default 10 s and 5 s
+    to connect) and is retried as :class:`RetryPolicy` says; pass ``http``
+    to bring your own ``httpx.Client`` (its base URL and auth are set here).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        http: httpx.Client | None = None,
+    ) -> None:
+        options = http_options(base_url, token, timeout)
+        self._http = http or httpx.Client(**options)
+        if http is not None:
+            http.base_url = options["base_url"]
+            http.headers.update(options["headers"])
+        self.retry = retry or RetryPolicy()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def send(self, call: Call[T]) -> T:
+        """Send one call, waiting and sending again as the retry policy says."""
+        attempts = self.retry.start(call)
+        while True:
+            try:
+                response = self._http.send(attempts.request(self._http))
+            except httpx.TransportError as exc:
+                time.sleep(attempts.wait_or_raise(exc))
+                continue
+            if response.is_success:
+                return call.parse(response)
+            time.sleep(attempts.wait_or_raise(response))
+
+    # -- jobs ----------------------------------------------------------------
+
+    def create_job(
+        self,
+        *,
+        type: str,
+        run_at: datetime | str,
+        target: Mapping[str, Any],
+        payload: Any = None,
+        idempotency_key: str | None = None,
+        **options: Any,
+    ) -> CreatedJob:
+        """Schedule a one-shot job. ``idempotency_key`` defaults to a new
+        random key, kept across this call's retries; give your own (an
+        order id…) to make repeats of your operation create one job.
+        ``options``: ``max_attempts``, ``timeout_seconds``, ``labels``."""
+        spec = {"type": type, "run_at": run_at, "target": target, "payload": payload, **options}
+        return self.send(calls.create_job(spec, idempotency_key))
+
+    def create_jobs(self, jobs: Sequence[calls.JobSpec | Mapping[str, Any]]) -> list[BatchItem]:
+        """Up to 1,000 jobs in one request, each with its own result (a
+        failed one carries its exception in ``error``)."""
+        return self.send(calls.create_jobs(jobs))
+
+    def get_job(self, job_id: str) -> Job:
+        return self.send(calls.job("GET", job_id))
+
+    def reschedule_job(self, job_id: str, run_at: datetime | str) -> Job:
+        """Move a SCHEDULED job's ``runAt`` (PATCH); Conflict once it started."""
+        return self.send(calls.job("PATCH", job_id, body=calls.api_fields({"run_at": run_at})))
+
+    patch_job = reschedule_job
+
+    def cancel_job(self, job_id: str) -> Job:
+        """Cancel a job that has not started; Conflict once it has."""
+        return self.send(calls.job("DELETE", job_id))
+
+    def retry_job(self, job_id: str) -> Job:
+        """Run a FAILED or CANCELLED job again (same id and scheduledFor)."""
+        return self.send(calls.job("POST", job_id, "retry"))
+
+    def pause_job(self, job_id: str, reason: str) -> Job:
+        return self.send(calls.job("POST", job_id, "pause", {"reason": reason}))
+
+    def resume_job(self, job_id: str) -> Job:
+        return self.send(calls.job("POST", job_id, "resume"))
+
+    def search_jobs(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        type: str | None = None,
+        cron_job_id: str | None = None,
+        run_at_from: datetime | str | None = None,
+        run_at_to: datetime | str | None = None,
+        finished_from: datetime | str | None = None,
+        finished_to: datetime | str | None = None,
+        labels: Mapping[str, str] | None = None,
+        page_size: int = 100,
+        attempts: bool = False,
+        allow_partial: bool = False,
+    ) -> Iterator[Job]:
+        """Every matching job, newest first, fetched a page at a time as the
+        iteration goes (the API's cursor followed to the end)."""
+        query = calls.search_query(
+            status=status, type=type, cron_job_id=cron_job_id, run_at_from=run_at_from,
+            run_at_to=run_at_to, finished_from=finished_from, finished_to=finished_to,
+            labels=labels, page_size=page_size, attempts=attempts,
+        )  # fmt: skip
+        cursor: str | None = None
+        while True:
+            page = self.send(calls.jobs_page(query, cursor, allow_partial))
+            yield from page.jobs
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    # -- cron jobs -----------------------------------------------------------
+
+    def create_cron(
+        self, *, name: str, schedule: str, time_zone: str, target: Mapping[str, Any], **options: Any
+    ) -> Cron:
+        """Define a cron job (the same name and definition again returns
+        it; another definition under the name is a Conflict: update it).
+        ``options`` by their Python names: ``payload``, ``misfire_policy``,
+        ``concurrency``, ``jitter_seconds``, ``max_attempts``, ``start_at``…"""
+        fields = {"name": name, "schedule": schedule, "time_zone": time_zone, "target": target}
+        return self.send(calls.create_cron({**fields, **options}))
+
+    def get_cron(self, cron_id: str) -> Cron:
+        return self.send(calls.cron("GET", cron_id))
+
+    def update_cron(self, cron_id: str, **fields: Any) -> Cron:
+        """Change the fields given; the others are kept."""
+        return self.send(calls.cron("PATCH", cron_id, body=calls.api_fields(fields)))
+
+    def delete_cron(self, cron_id: str) -> None:
+        self.send(calls.delete_cron(cron_id))
+
+    def list_crons(self) -> Iterator[Cron]:
+        """Every cron job of the owner, by name, a page at a time."""
+        after = ""
+        while True:
+            page, cursor = self.send(calls.crons_page(after))
+            yield from page
+            if not cursor:
+                return
+            after = cursor
+
+    def pause_cron(self, cron_id: str, reason: str) -> Cron:
+        return self.send(calls.cron("POST", cron_id, "pause", {"reason": reason}))
+
+    def resume_cron(self, cron_id: str) -> Cron:
+        return self.send(calls.cron("POST", cron_id, "resume"))
+
+    def trigger_cron(self, cron_id: str) -> Triggered:
+        """One extra occurrence now."""
+        return self.send(calls.trigger(cron_id))
+
+    def preview_cron(
+        self, cron_id: str, *, start: datetime | str | None = None, count: int = 10
+    ) -> Preview:
+        """The next ``count`` fire instants after ``start`` (default now)."""
+        return self.send(calls.preview(cron_id, start, count))
+
+    def backfill_cron(
+        self,
+        cron_id: str,
+        start: datetime | str,
+        end: datetime | str,
+        *,
+        overlap: str = "ALLOW",
+        rerun: bool = False,
+        dry_run: bool = False,
+    ) -> BackfillResult:
+        """Occurrences for the slots in ``[start, end)``, due now; slots that
+        have one are reported, not doubled. Follows ``nextFrom`` to the end
+        of the range (the API makes at most 1,000 slots a call)."""
+        result: BackfillResult | None = None
+        while True:
+            page = self.send(
+                calls.backfill(cron_id, start, end, overlap=overlap, rerun=rerun, dry_run=dry_run)
+            )
+            result = page if result is None else result.merged(page)
+            if page.next_from is None:
+                return result
+            start = page.next_from
+
+    def apply_crons(
+        self,
+        definitions: Sequence[Mapping[str, Any]],
+        *,
+        owns: str | None = None,
+        prune: bool = False,
+        dry_run: bool = False,
+    ) -> list[CronChange]:
+        """Make the server's cron jobs match ``definitions`` (each the
+        keywords of :meth:`create_cron`): create, update and, with ``prune``,
+        delete those named with the ``owns`` prefix that are no longer
+        defined. Returns the changes (with ``dry_run``, makes none)."""
+        changes = plan_changes(definitions, [c for c in self.list_crons()], owns, prune)
+        for change in [] if dry_run else changes:
+            if change.action == "create":
+                self.send(calls.create_cron(change.fields))
+            elif change.action == "update" and change.cron_job_id:
+                self.send(calls.cron("PATCH", change.cron_job_id, body=change.fields))
+            elif change.action == "delete" and change.cron_job_id:
+                self.send(calls.delete_cron(change.cron_job_id))
+        return changes
