@@ -1,0 +1,227 @@
+"""Quartz's day forms (``W``, ``LW``, ``#``, ``L-n``, ``xL``) against an independent oracle.
+
+The oracle below uses only the standard library (``datetime``, ``zoneinfo``)
+and the definitions as Quartz documents them; it imports nothing from
+``cluster.cron``. For each month it picks the day a form names, turns the
+slot's wall time into instants by the DST rule of DESIGN.md ("Time"), and the
+test compares the result with what the schedule yields (the preview's
+``fires``) and with ``next_fire`` asked from each previous firing (what the
+materializer does), over 20 years in 8 zones. It works a month at a time, not a
+minute at a time, so it is quick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from cluster.cron.schedule import parse_schedule
+
+ZONES = [
+    "UTC",
+    "America/New_York",  # 1-hour shifts at 02:00
+    "Europe/Berlin",  # 1-hour shifts at 02:00/03:00
+    "Australia/Lord_Howe",  # 30-minute shifts
+    "America/Santiago",  # shifts at midnight: whole local hours of a date vanish
+    "Pacific/Chatham",  # +12:45/+13:45
+    "Europe/Istanbul",  # gave up DST in 2016
+    "Asia/Kolkata",  # +05:30, never shifts
+]
+FIRST_YEAR, LAST_YEAR = 2010, 2029  # 20 years
+MON, TUE, WED, THU, FRI, SAT, SUN = range(7)  # date.weekday()
+
+
+# --- the definitions, month by month ------------------------------------------
+
+
+def _last(year: int, month: int) -> date:
+    following = date(year + month // 12, month % 12 + 1, 1)
+    return following - timedelta(days=1)
+
+
+def nearest_weekday(n: int, *, clamp: bool = False) -> Callable[[int, int], list[date]]:
+    """``nW``: the weekday nearest the n-th, never leaving the month."""
+
+    def days(year: int, month: int) -> list[date]:
+        last = _last(year, month)
+        if n > last.day and not clamp:
+            return []
+        target = date(year, month, min(n, last.day))
+        if target.weekday() == SAT:
+            moved = target - timedelta(days=1)
+            return [moved if moved.month == month else target + timedelta(days=2)]
+        if target.weekday() == SUN:
+            moved = target + timedelta(days=1)
+            return [moved if moved.month == month else target - timedelta(days=2)]
+        return [target]
+
+    return days
+
+
+def last_weekday(year: int, month: int) -> list[date]:
+    """``LW``: the last Monday-to-Friday of the month."""
+    day = _last(year, month)
+    while day.weekday() in (SAT, SUN):
+        day -= timedelta(days=1)
+    return [day]
+
+
+def before_last(n: int) -> Callable[[int, int], list[date]]:
+    """``L-n``: n days before the last day, if the month has that day."""
+
+    def days(year: int, month: int) -> list[date]:
+        day = _last(year, month) - timedelta(days=n)
+        return [day] if day.month == month else []
+
+    return days
+
+
+def nth(weekday: int, n: int) -> Callable[[int, int], list[date]]:
+    """``x#n``: the n-th weekday x of the month, if there is one."""
+
+    def days(year: int, month: int) -> list[date]:
+        found = [
+            date(year, month, d)
+            for d in range(1, _last(year, month).day + 1)
+            if date(year, month, d).weekday() == weekday
+        ]
+        return found[n - 1 : n]
+
+    return days
+
+
+def last_of(weekday: int) -> Callable[[int, int], list[date]]:
+    """``xL``: the last weekday x of the month."""
+
+    def days(year: int, month: int) -> list[date]:
+        day = _last(year, month)
+        while day.weekday() != weekday:
+            day -= timedelta(days=1)
+        return [day]
+
+    return days
+
+
+def either(*rules: Callable[[int, int], list[date]]) -> Callable[[int, int], list[date]]:
+    return lambda year, month: sorted({d for rule in rules for d in rule(year, month)})
+
+
+# --- wall time to instants, by DESIGN.md's DST rule -----------------------------
+
+
+def instants(day: date, walls: list[tuple[int, int]], zone: ZoneInfo, wildcard: bool) -> set[datetime]:
+    found: set[datetime] = set()
+    for hour, minute in walls:
+        wall = datetime(day.year, day.month, day.day, hour, minute)
+        real = []
+        for fold in (0, 1):
+            instant = wall.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+            if instant.astimezone(zone).replace(tzinfo=None) == wall:
+                real.append(instant)
+        if real:
+            # Overlap: a wildcard slot fires at each real occurrence, a fixed one
+            # at the first only.
+            found.update(set(real) if wildcard else {min(real)})
+        elif not wildcard:
+            # Gap: the first instant whose wall clock is past the slot. The two
+            # folds bracket the transition; walk it a minute at a time.
+            low, high = sorted(wall.replace(tzinfo=zone, fold=f).astimezone(UTC) for f in (0, 1))
+            instant = low
+            while instant.astimezone(zone).replace(tzinfo=None) < wall:
+                instant += timedelta(minutes=1)
+            assert instant <= high
+            found.add(instant)
+    return found
+
+
+def expected(
+    rule: Callable[[int, int], list[date]],
+    walls: list[tuple[int, int]],
+    zone: ZoneInfo,
+    wildcard: bool,
+) -> list[datetime]:
+    found: set[datetime] = set()
+    for year in range(FIRST_YEAR, LAST_YEAR + 1):
+        for month in range(1, 13):
+            for day in rule(year, month):
+                found |= instants(day, walls, zone, wildcard)
+    return sorted(found)
+
+
+# (expression, rule, wall times, wildcard, monthEndPolicy)
+CASES = [
+    ("30 9 15W * *", nearest_weekday(15), [(9, 30)], False, "SKIP"),
+    ("0 2 1W * *", nearest_weekday(1), [(2, 0)], False, "SKIP"),
+    ("30 2 31W * *", nearest_weekday(31), [(2, 30)], False, "SKIP"),
+    ("30 2 31W * *", nearest_weekday(31, clamp=True), [(2, 30)], False, "CLAMP"),
+    ("0,30 1,2 LW * *", last_weekday, [(1, 0), (1, 30), (2, 0), (2, 30)], False, "SKIP"),
+    ("45 23 L-3 * *", before_last(3), [(23, 45)], False, "SKIP"),
+    ("0 0 L-30 * *", before_last(30), [(0, 0)], False, "SKIP"),
+    # The second Sunday of March and the first of November at 01:30 and 02:30:
+    # New York's transition days, every year.
+    ("30 1,2 * * SUN#2,SUN#1", either(nth(SUN, 2), nth(SUN, 1)), [(1, 30), (2, 30)], False, "SKIP"),
+    ("15 0 * * 6#5", nth(SAT, 5), [(0, 15)], False, "SKIP"),
+    ("0 9 * 2,3,10 MON#3", nth(MON, 3), [(9, 0)], False, "SKIP"),
+    # The last Sunday: Berlin's transition days.
+    ("*/30 0-3 * * SUNL", last_of(SUN), [(h, m) for h in range(4) for m in (0, 30)], True, "SKIP"),
+    ("0 3 LW * FRIL", either(last_weekday, last_of(FRI)), [(3, 0)], False, "SKIP"),
+]
+
+
+@pytest.mark.parametrize("zone_name", ZONES)
+def test_day_forms_agree_with_the_standard_library_over_20_years(zone_name: str) -> None:
+    zone = ZoneInfo(zone_name)
+    # The 20 local years, exactly: no zone in the list shifts at New Year.
+    start = datetime(FIRST_YEAR, 1, 1, tzinfo=zone).astimezone(UTC) - timedelta(seconds=1)
+    end = datetime(LAST_YEAR + 1, 1, 1, tzinfo=zone).astimezone(UTC) - timedelta(seconds=1)
+    for expression, rule, walls, wildcard, month_end in CASES:
+        # Months outside the expression's month field fire nothing.
+        months = _months(expression)
+        want = [
+            i
+            for i in expected(rule, walls, zone, wildcard)
+            if i.astimezone(zone).month in months and start < i <= end
+        ]
+        schedule = parse_schedule(expression, zone_name, month_end=month_end)  # type: ignore[arg-type]
+        got = [f.scheduled_for for f in schedule.fires(start, until=end)]
+        assert got == want, (expression, zone_name, month_end, _first_difference(got, want))
+        # The materializer asks again after each stored firing.
+        previous = start
+        for instant in got:
+            fire = schedule.next_fire(previous)
+            assert fire is not None and fire.scheduled_for == instant, (expression, previous)
+            previous = instant
+
+
+def _months(expression: str) -> set[int]:
+    field = expression.split()[3]
+    if field == "*":
+        return set(range(1, 13))
+    return {int(m) for m in field.split(",")}
+
+
+def _first_difference(got: list[datetime], want: list[datetime]) -> object:
+    for g, w in zip(got, want, strict=False):
+        if g != w:
+            return (g, w)
+    return (len(got), len(want))
+
+
+def test_the_oracle_reads_the_definitions_as_quartz_documents_them() -> None:
+    # Quartz's own examples, by hand: in 2026 the 15th of August is a Saturday
+    # (15W: Friday the 14th), 1 August a Saturday (1W: Monday the 3rd), 31 May a
+    # Sunday (31W: Friday the 29th), 31 January a Saturday (LW: the 30th).
+    assert nearest_weekday(15)(2026, 8) == [date(2026, 8, 14)]
+    assert nearest_weekday(1)(2026, 8) == [date(2026, 8, 3)]
+    assert nearest_weekday(31)(2026, 5) == [date(2026, 5, 29)]
+    assert nearest_weekday(31)(2026, 4) == []
+    assert last_weekday(2026, 1) == [date(2026, 1, 30)]
+    assert before_last(3)(2026, 2) == [date(2026, 2, 25)]
+    assert before_last(30)(2026, 2) == []
+    assert nth(MON, 3)(2026, 1) == [date(2026, 1, 19)]
+    assert nth(SAT, 5)(2026, 1) == [date(2026, 1, 31)]
+    assert nth(SAT, 5)(2026, 2) == []
+    assert last_of(SUN)(2026, 3) == [date(2026, 3, 29)]
