@@ -53,6 +53,7 @@ __all__ = [
     "MIN_INTERVAL",
     "InvalidSchedule",
     "is_wildcard",
+    "load_zone",
     "parse_schedule",
     "stable_jitter",
 ]
@@ -121,6 +122,11 @@ def _known_zones() -> dict[str, str]:
         if name not in _NOT_ZONES and not name.startswith(("posix/", "right/"))
     )
     return {name.lower(): name for name in names}
+
+
+def load_zone(name: str) -> zoneinfo.ZoneInfo:
+    """The IANA zone ``name`` as this machine knows it; :class:`InvalidSchedule` otherwise."""
+    return _load_zone(name)
 
 
 def _load_zone(name: str) -> zoneinfo.ZoneInfo:

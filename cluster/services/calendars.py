@@ -1,0 +1,182 @@
+"""Calendars: create, read, replace, delete and list, on every shard.
+
+Where calendars live. A calendar is a small record (a few hundred dates)
+that crons on any shard follow, changed rarely and read by the materializer
+on every pass that plans one of its crons. Every shard therefore holds a
+copy of every calendar, rather than one home shard holding it:
+
+* the materializer of a shard reads a cron's calendar from its own database,
+  in the pass that plans the cron: no pass waits on, or fails with, another
+  shard, so a shard that is down stops only its own crons (as today);
+* a resharding move (issue 42) moves rows by slot; calendars have none and
+  need not move, and a shard added later gets a cron's calendar with the
+  cron (:func:`carry_calendar`, called when a cron that follows one is
+  written);
+* the cost is a write to every shard per change, and calendars change
+  seldom.
+
+Copies converge without a coordinator: each version is written to every
+shard, and a shard keeps the greatest (version, fingerprint) it was given.
+A write that reached only some shards (one was down: the client got a 503)
+is completed by repeating it, or by any later write, since every write
+sends the latest version to all shards; reads merge the shards' copies and
+show the greatest. A deletion is a version (a tombstone), so a late copy of
+an older version cannot bring a calendar back.
+
+Deleting a calendar that crons follow is refused (409). The check and a
+concurrent cron create on another shard are ordered without a lock: the
+delete writes its tombstone first and then looks for crons; a cron's write
+stores the cron first and then reads the calendar
+(:func:`carry_calendar`). One of the two sees the other: the delete then
+restores the calendar and answers 409, or the cron's write is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+
+from cluster.cron.calendar_rules import check_calendar_name
+from cluster.errors import Conflict, NotFound
+from cluster.model import CalendarBody, CalendarRecord
+from cluster.services.context import Services
+
+__all__ = [
+    "CalendarInUse",
+    "carry_calendar",
+    "create_calendar",
+    "delete_calendar",
+    "get_calendar",
+    "list_calendars",
+    "replace_calendar",
+]
+
+
+class CalendarInUse(Conflict):
+    """A calendar that crons follow cannot be deleted."""
+
+
+async def _latest(ctx: Services, owner: str, name: str) -> CalendarRecord | None:
+    """The greatest version any shard holds, tombstones included."""
+    crons = ctx.crons
+    copies = await asyncio.gather(
+        *(crons.get_calendar(shard, owner, name) for shard in range(crons.shard_count))
+    )
+    found = [c for c in copies if c is not None]
+    return max(found, key=lambda c: c.order, default=None)
+
+
+async def _write_everywhere(ctx: Services, record: CalendarRecord) -> CalendarRecord:
+    """``record`` on every shard; what the shards hold afterwards, the greatest."""
+    crons = ctx.crons
+    held = await asyncio.gather(
+        *(crons.put_calendar(shard, record) for shard in range(crons.shard_count))
+    )
+    return max(held, key=lambda c: c.order)
+
+
+async def create_calendar(
+    ctx: Services, owner: str, name: str, body: CalendarBody
+) -> tuple[CalendarRecord, bool]:
+    """Version 1 (or the next after a deletion); the same body again returns
+    the calendar (``False``), another body is a 409."""
+    check_calendar_name(name)
+    latest = await _latest(ctx, owner, name)
+    if latest is not None and not latest.deleted:
+        if latest.body.fingerprint != body.fingerprint:
+            raise Conflict(
+                f"a calendar named {name!r} exists with other days; PUT it to change it",
+                name=name,
+            )
+        # A repeat: it also completes a write that reached only some shards.
+        return await _write_everywhere(ctx, latest), False
+    version = 1 if latest is None else latest.version + 1
+    record = CalendarRecord(owner, name, version, body)
+    return await _write_everywhere(ctx, record), True
+
+
+async def replace_calendar(
+    ctx: Services, owner: str, name: str, body: CalendarBody
+) -> CalendarRecord:
+    """A new version with ``body``; the same body again changes nothing."""
+    latest = await _live(ctx, owner, name)
+    if latest.body.fingerprint == body.fingerprint:
+        return await _write_everywhere(ctx, latest)
+    return await _write_everywhere(ctx, CalendarRecord(owner, name, latest.version + 1, body))
+
+
+async def get_calendar(ctx: Services, owner: str, name: str) -> CalendarRecord:
+    return await _live(ctx, owner, name)
+
+
+async def _live(ctx: Services, owner: str, name: str) -> CalendarRecord:
+    check_calendar_name(name)
+    latest = await _latest(ctx, owner, name)
+    if latest is None or latest.deleted:
+        raise NotFound(f"no calendar named {name!r}", name=name)
+    return latest
+
+
+async def list_calendars(
+    ctx: Services, owner: str, *, after: str = "", limit: int = 100
+) -> list[CalendarRecord]:
+    """The owner's calendars by name, after ``after``; each shard's copies merged."""
+    crons = ctx.crons
+    pages = await asyncio.gather(
+        *(
+            crons.list_calendars(shard, owner, after=after, limit=limit)
+            for shard in range(crons.shard_count)
+        )
+    )
+    merged: dict[str, CalendarRecord] = {}
+    for page in pages:
+        for c in page:
+            if c.name not in merged or merged[c.name].order < c.order:
+                merged[c.name] = c
+    live = [merged[n] for n in sorted(merged) if not merged[n].deleted]
+    return live[:limit]
+
+
+async def _users(ctx: Services, owner: str, name: str) -> list[str]:
+    crons = ctx.crons
+    found = await asyncio.gather(
+        *(crons.crons_on_calendar(shard, owner, name) for shard in range(crons.shard_count))
+    )
+    return sorted(n for names in found for n in names)
+
+
+async def delete_calendar(ctx: Services, owner: str, name: str) -> CalendarRecord:
+    """A tombstone on every shard; 409 while crons follow the calendar."""
+    latest = await _live(ctx, owner, name)
+    _refuse_if_used(name, await _users(ctx, owner, name))
+    tombstone = dataclasses.replace(latest, version=latest.version + 1, deleted=True)
+    written = await _write_everywhere(ctx, tombstone)
+    users = await _users(ctx, owner, name)
+    if users:
+        # A cron was written meanwhile, and may not have seen the tombstone:
+        # the calendar comes back (a version of its own).
+        restored = dataclasses.replace(latest, version=written.version + 1, deleted=False)
+        await _write_everywhere(ctx, restored)
+        _refuse_if_used(name, users)
+    return written
+
+
+def _refuse_if_used(name: str, users: Sequence[str]) -> None:
+    if users:
+        shown = ", ".join(users[:5]) + (" ..." if len(users) > 5 else "")
+        raise CalendarInUse(
+            f"calendar {name!r} is followed by cron jobs ({shown}); change or delete them first",
+            name=name,
+            cron_jobs=list(users[:10]),
+        )
+
+
+async def carry_calendar(ctx: Services, owner: str, name: str, shard: int) -> CalendarRecord:
+    """The calendar a cron on ``shard`` follows, made sure to be on that shard.
+
+    Called after the cron is written: NotFound when there is no such
+    calendar (or it was just deleted), and the caller takes the cron back.
+    """
+    latest = await _live(ctx, owner, name)
+    return await ctx.crons.put_calendar(shard, latest)
