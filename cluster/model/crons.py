@@ -356,6 +356,11 @@ class DueCron(NamedTuple):
     end_at: datetime | None = None
     max_runs: int | None = None
     run_count: int = 0
+    # The calendar it follows (migration 22), which the materializer reads
+    # from the shard's copy by (owner, name).
+    owner: str = ""
+    calendar: str | None = None
+    calendar_policy: str | None = None
 
     @property
     def id_text(self) -> str:

@@ -38,18 +38,24 @@ import dataclasses
 from collections.abc import Sequence
 
 from cluster.cron.calendar_rules import check_calendar_name
-from cluster.errors import Conflict, NotFound
-from cluster.model import CalendarBody, CalendarRecord
+from cluster.errors import Conflict, InvalidRequest, NotFound
+from cluster.model import CalendarBody, CalendarRecord, CronRecord, DeleteCronParams
 from cluster.services.context import Services
 
 __all__ = [
     "CalendarInUse",
+    "calendar_of",
     "carry_calendar",
     "create_calendar",
     "delete_calendar",
+    "follow_written",
+    "followed",
     "get_calendar",
     "list_calendars",
+    "no_calendar",
     "replace_calendar",
+    "require_calendar",
+    "require_calendars",
 ]
 
 
@@ -180,3 +186,95 @@ async def carry_calendar(ctx: Services, owner: str, name: str, shard: int) -> Ca
     """
     latest = await _live(ctx, owner, name)
     return await ctx.crons.put_calendar(shard, latest)
+
+
+def no_calendar(name: str | None) -> InvalidRequest:
+    return InvalidRequest(
+        f"no calendar named {name!r}: create it first (POST /api/v1/calendars)",
+        field="calendar",
+    )
+
+
+async def require_calendar(ctx: Services, owner: str, name: str | None) -> None:
+    """A 422 when a cron names a calendar its owner does not have."""
+    if name is None:
+        return
+    try:
+        await _live(ctx, owner, name)
+    except NotFound as exc:
+        raise no_calendar(name) from exc
+
+
+async def followed(ctx: Services, owner: str, name: str | None, shard: int) -> bool:
+    """After a cron that follows ``name`` was written on ``shard``: the
+    calendar is carried there; False if it no longer exists."""
+    if name is None:
+        return True
+    try:
+        await carry_calendar(ctx, owner, name, shard)
+    except NotFound:
+        return False
+    return True
+
+
+async def calendar_of(
+    ctx: Services, owner: str, name: str | None, shard: int
+) -> CalendarRecord | None:
+    """The calendar a cron on ``shard`` follows, as that shard holds it (what
+    its materializer plans with); the latest if the shard has no copy yet."""
+    if name is None:
+        return None
+    held = await ctx.crons.get_calendar(shard, owner, name)
+    if held is not None and not held.deleted:
+        return held
+    return await _latest(ctx, owner, name)
+
+
+async def require_calendars(
+    ctx: Services,
+    owner: str,
+    by_shard: dict[int, list[tuple[int, CronRecord]]],
+    outcomes: dict[int, tuple[CronRecord, bool] | Exception],
+) -> None:
+    """A batch's crons whose calendar does not exist get a 422 and are not written."""
+    names = {c.calendar for items in by_shard.values() for _, c in items if c.calendar}
+    missing: set[str] = set()
+    for name in names:
+        try:
+            await require_calendar(ctx, owner, name)
+        except InvalidRequest:
+            missing.add(name)
+    if not missing:
+        return
+    for shard, items in by_shard.items():
+        kept = []
+        for index, cron in items:
+            if cron.calendar in missing:
+                outcomes[index] = no_calendar(cron.calendar)
+            else:
+                kept.append((index, cron))
+        by_shard[shard] = kept
+
+
+async def follow_written(
+    ctx: Services,
+    owner: str,
+    by_shard: dict[int, list[tuple[int, CronRecord]]],
+    outcomes: dict[int, tuple[CronRecord, bool] | Exception],
+) -> None:
+    """After a batch's write: each calendar carried to the shards of its crons;
+    the crons of one deleted meanwhile are taken back and get a 422."""
+    for shard, items in by_shard.items():
+        written = [
+            (index, result)
+            for index, _ in items
+            if isinstance(result := outcomes.get(index), tuple) and result[0].calendar
+        ]
+        for name in {r[0].calendar for _, r in written}:
+            if await followed(ctx, owner, name, shard):
+                continue
+            for index, (cron, created) in written:
+                if cron.calendar == name:
+                    if created:
+                        await ctx.crons.delete(shard, DeleteCronParams(cron.id, owner))
+                    outcomes[index] = no_calendar(name)

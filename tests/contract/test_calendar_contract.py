@@ -8,12 +8,12 @@ name and hold tombstones, and a cron's calendar is found by name.
 from __future__ import annotations
 
 import dataclasses
-from datetime import date
+from datetime import date, timedelta
 
 import pytest
 
 from cluster.cron.calendar_rules import calendar_body
-from cluster.model import CalendarRecord
+from cluster.model import CalendarRecord, DueCronsParams
 from tests.contract.test_cron_store_contract import OWNER, CronHarness, ch, cron
 
 __all__ = ["ch"]
@@ -89,3 +89,15 @@ async def test_crons_that_follow_a_calendar_are_found_by_name(ch: CronHarness) -
     assert await ch.crons.crons_on_calendar(0, "someone", "tr") == []
     saved = await ch.crons.get_calendar(0, OWNER, "nope")
     assert saved is None
+
+
+async def test_a_due_cron_says_which_calendar_it_follows(ch: CronHarness) -> None:
+    # What the materializer reads to find the shard's copy: owner and name.
+    await ch.crons.create(
+        0, cron(ch, "x", at=1, calendar="tr", calendar_policy="NEXT_BUSINESS_DAY")
+    )
+    await ch.crons.create(0, cron(ch, "y", at=2))
+    until = ch.now() + timedelta(seconds=10)
+    page = await ch.crons.due(0, DueCronsParams(until=until))
+    found = {(c.owner, c.calendar, c.calendar_policy) for c in page}
+    assert found == {(OWNER, "tr", "NEXT_BUSINESS_DAY"), (OWNER, None, None)}

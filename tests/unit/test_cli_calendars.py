@@ -117,7 +117,9 @@ def test_create_update_list_get_delete(api: None, tmp_path: Path) -> None:
     assert run("calendars", "delete", "tr").exit_code == 0
     missing = run("calendars", "get", "tr")
     assert missing.exit_code == 3  # not found
-    bad = run("calendars", "create", "x", "--time-zone", "Europe/Istanbul", "--exclude", "2027-13-01")
+    bad = run(
+        "calendars", "create", "x", "--time-zone", "Europe/Istanbul", "--exclude", "2027-13-01"
+    )
     assert bad.exit_code == 1 and "not an ISO date" in bad.output
 
 
@@ -130,4 +132,6 @@ def test_ics_import_reads_all_day_events_and_refuses_what_it_cannot_read() -> No
     with pytest.raises(click.UsageError, match="all-day"):
         ics_all_day_dates("BEGIN:VEVENT\nDTSTART:20270101T090000Z\nEND:VEVENT\n")
     with pytest.raises(click.UsageError, match="RRULE"):
-        ics_all_day_dates("BEGIN:VEVENT\nDTSTART;VALUE=DATE:20270101\nRRULE:FREQ=YEARLY\nEND:VEVENT\n")
+        ics_all_day_dates(
+            "BEGIN:VEVENT\nDTSTART;VALUE=DATE:20270101\nRRULE:FREQ=YEARLY\nEND:VEVENT\n"
+        )

@@ -112,7 +112,9 @@ def either(*rules: Callable[[int, int], list[date]]) -> Callable[[int, int], lis
 # --- wall time to instants, by DESIGN.md's DST rule -----------------------------
 
 
-def instants(day: date, walls: list[tuple[int, int]], zone: ZoneInfo, wildcard: bool) -> set[datetime]:
+def instants(
+    day: date, walls: list[tuple[int, int]], zone: ZoneInfo, wildcard: bool
+) -> set[datetime]:
     found: set[datetime] = set()
     for hour, minute in walls:
         wall = datetime(day.year, day.month, day.day, hour, minute)
@@ -225,3 +227,94 @@ def test_the_oracle_reads_the_definitions_as_quartz_documents_them() -> None:
     assert nth(SAT, 5)(2026, 1) == [date(2026, 1, 31)]
     assert nth(SAT, 5)(2026, 2) == []
     assert last_of(SUN)(2026, 3) == [date(2026, 3, 29)]
+
+
+# --- business days: a calendar's SKIP and NEXT_BUSINESS_DAY ---------------------
+
+
+def _excluded(day: date) -> bool:
+    # A fixed, irregular set of holidays: about one day in eleven, runs of
+    # two and three days included.
+    return (day.toordinal() * 7919) % 11 in (0, 1) or (day.month, day.day) in ((1, 1), (12, 25))
+
+
+def _included(day: date) -> bool:
+    # A working Saturday now and then.
+    return day.weekday() == SAT and day.day <= 7 and day.month % 3 == 0
+
+
+def _business(day: date) -> bool:
+    if _included(day):
+        return True
+    return day.weekday() < SAT and not _excluded(day)
+
+
+def _days(first: date, last: date) -> list[date]:
+    return [date.fromordinal(n) for n in range(first.toordinal(), last.toordinal() + 1)]
+
+
+def _expected_business(
+    rule: Callable[[int, int], list[date]],
+    walls: list[tuple[int, int]],
+    zone: ZoneInfo,
+    policy: str,
+) -> list[tuple[datetime, datetime]]:
+    """(slot, when it runs) for each slot the calendar keeps, by definition."""
+    out: list[tuple[datetime, datetime]] = []
+    for slot in expected(rule, walls, zone, wildcard=False):
+        local = slot.astimezone(zone)
+        day = local.date()
+        if _business(day):
+            out.append((slot, slot))
+            continue
+        if policy == "SKIP":
+            continue
+        target = day + timedelta(days=1)
+        while not _business(target) and (target - day).days <= 31:
+            target += timedelta(days=1)
+        if (target - day).days > 31:
+            continue
+        [moved] = instants(target, [(local.hour, local.minute)], zone, False)
+        out.append((slot, moved))
+    return out
+
+
+BUSINESS_CASES = [
+    # Sundays (the transition days of New York, Berlin, Santiago) and Wednesdays.
+    (
+        "30 2 * * SUN,WED",
+        lambda y, m: [d for d in _days(date(y, m, 1), _last(y, m)) if d.weekday() in (SUN, WED)],
+        [(2, 30)],
+    ),
+    ("0 1 LW * *", last_weekday, [(1, 0)]),
+    ("15 0 * * MON#1", nth(MON, 1), [(0, 15)]),
+]
+
+
+@pytest.mark.parametrize("zone_name", ZONES)
+@pytest.mark.parametrize("policy", ["SKIP", "NEXT_BUSINESS_DAY"])
+def test_business_days_agree_with_the_standard_library_over_20_years(
+    zone_name: str, policy: str
+) -> None:
+    from cluster.cron.calendar_rules import calendar_body
+    from cluster.cron.calendar_schedule import CalendarSchedule
+
+    zone = ZoneInfo(zone_name)
+    every_day = _days(date(FIRST_YEAR, 1, 1), date(LAST_YEAR + 1, 2, 28))
+    body = calendar_body(
+        time_zone=zone_name,
+        exclude_dates=[d for d in every_day if _excluded(d) and not _included(d)],
+        include_dates=[d for d in every_day if _included(d)],
+    )
+    start = datetime(FIRST_YEAR, 1, 1, tzinfo=zone).astimezone(UTC) - timedelta(seconds=1)
+    end = datetime(LAST_YEAR + 1, 1, 1, tzinfo=zone).astimezone(UTC) - timedelta(seconds=1)
+    for expression, rule, walls in BUSINESS_CASES:
+        want = [
+            (slot, run)
+            for slot, run in _expected_business(rule, walls, zone, policy)
+            if start < slot <= end
+        ]
+        inner = parse_schedule(expression, zone_name)
+        schedule = CalendarSchedule(inner, body, policy, name="cal", version=1)  # type: ignore[arg-type]
+        got = [(f.scheduled_for, f.run_at) for f in schedule.fires(start, until=end)]
+        assert got == want, (expression, zone_name, policy, _first_difference(got, want))  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ from cluster.model import (
     PruneOccurrencesParams,
     WaitingCronsParams,
 )
-from cluster.store.memory_cron.crons import MemCronShards
+from cluster.store.memory_cron.calendars import MemCalendars
 
 __all__ = ["MemCronUpkeep"]
 
@@ -41,6 +41,9 @@ def _due_cron(c: CronRecord) -> DueCron:
         c.end_at,
         c.max_runs,
         c.run_count,
+        c.owner,
+        c.calendar,
+        c.calendar_policy,
     )
 
 
@@ -48,7 +51,7 @@ def _second(t: datetime) -> datetime:
     return t.replace(microsecond=0)
 
 
-class MemCronUpkeep(MemCronShards):
+class MemCronUpkeep(MemCalendars):
     """:class:`~cluster.store.contracts.cron_upkeep.CronUpkeep` in memory."""
 
     async def cron_soon(self, shard: int) -> AsyncGenerator[None, None]:

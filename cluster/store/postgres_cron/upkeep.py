@@ -20,7 +20,7 @@ from cluster.model import (
     WaitingCronsParams,
 )
 from cluster.store.pgshards import wrap_exceptions
-from cluster.store.postgres_cron.pools import PgCronPools
+from cluster.store.postgres_cron.calendars import PgCalendars
 from cluster.store.sql import QUERIES
 
 __all__ = ["PgCronUpkeep"]
@@ -31,7 +31,7 @@ _FIRST_AT = datetime(1, 1, 1, tzinfo=UTC)
 _FIRST_ID = uuid.UUID(int=0)
 
 
-class PgCronUpkeep(PgCronPools):
+class PgCronUpkeep(PgCalendars):
     """:class:`~cluster.store.contracts.cron_upkeep.CronUpkeep` on PostgreSQL."""
 
     @wrap_exceptions

@@ -28,7 +28,7 @@ DELETE FROM cron_occurrences
 -- even inside an instant a million crons share.
 SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurrency,
        jitter_seconds, starting_deadline_seconds, next_fire_at, month_end_policy, dst_policy,
-       end_at, max_runs, run_count
+       end_at, max_runs, run_count, owner_service, calendar, calendar_policy
   FROM cron_jobs
  WHERE enabled AND paused_at IS NULL AND next_fire_at <= %(until)s
    AND (next_fire_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
@@ -50,7 +50,7 @@ SELECT greatest(date_trunc('second', next_fire_at), date_trunc('second', %(now)s
 -- name: waiting_fixed_delay_crons
 SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurrency,
        jitter_seconds, starting_deadline_seconds, next_fire_at, month_end_policy, dst_policy,
-       end_at, max_runs, run_count
+       end_at, max_runs, run_count, owner_service, calendar, calendar_policy
   FROM cron_jobs
  WHERE enabled AND paused_at IS NULL AND next_fire_at IS NULL AND schedule_kind = 'FIXED_DELAY'
    AND (max_runs IS NULL OR run_count < max_runs) AND (end_at IS NULL OR end_at > now())
