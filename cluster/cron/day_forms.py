@@ -1,4 +1,5 @@
-"""Quartz's day forms: ``15W``, ``LW``, ``L-3`` (day of month), ``MON#3``, ``FRIL`` (day of week).
+"""Quartz's day forms: ``15W``, ``LW``, ``L-3`` (day of month), ``MON#3``, ``FRIL`` (day of
+week), and business days: ``2BD``, ``LBD`` (day of month).
 
 Plain cron names days by number; these forms name them by their place in the
 month, which people write for settlement runs and payroll:
@@ -14,9 +15,13 @@ month, which people write for settlement runs and payroll:
 * ``x#n``: the n-th (1-5) weekday x of the month; months with only four have no
   fifth.
 * ``xL``: the month's last weekday x.
+* ``nBD``: the month's n-th business day (1-23); ``LBD``: its last. A business
+  day is a calendar's when the cron follows one (its business week, excluded
+  and included days), Monday to Friday otherwise (and in the offline
+  ``vakit crons lint``, which has no calendar).
 
-Weekdays here are Monday to Friday, as in Quartz; business days of a calendar
-are :mod:`cluster.calendars`' business. This module reads one item of a day
+Weekdays in ``W`` and ``LW`` are Monday to Friday, as in Quartz, whatever the
+calendar. This module reads one item of a day
 field and, for a given month, says which days its forms select; the wall clock
 (:mod:`cluster.cron.wall_clock`) combines them with the plain days. Pure.
 """
@@ -25,10 +30,14 @@ from __future__ import annotations
 
 import calendar
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date
 
 __all__ = [
+    "MAX_BUSINESS_DAY",
     "MAX_NTH",
+    "BusinessDay",
     "DayForms",
     "month_days_for",
     "parse_dom_form",
@@ -37,9 +46,17 @@ __all__ = [
 
 # A weekday occurs at most five times in a month.
 MAX_NTH = 5
+# A month has at most 23 weekdays; a calendar's working weekends may add more,
+# but a form that could never fire under the default week is refused.
+MAX_BUSINESS_DAY = 23
+# Whether a date is a business day (a calendar's rule; Monday-Friday by default).
+BusinessDay = Callable[[date], bool]
 _SATURDAY, _SUNDAY = 5, 6  # datetime.weekday()
 
-_DOM_FORM = re.compile(r"(?:(?P<lw>LW)|L-(?P<offset>[0-9]{1,3})|(?P<near>[0-9]{1,3})W)")
+_DOM_FORM = re.compile(
+    r"(?:(?P<lw>LW)|L-(?P<offset>[0-9]{1,3})|(?P<near>[0-9]{1,3})W"
+    r"|(?P<lbd>LBD)|(?P<bd>[0-9]{1,3})BD)"
+)
 # The weekday is a number or a name; names are checked by the caller's table.
 _DOW_FORM = re.compile(r"(?P<day>[0-9]{1,3}|[A-Z]{3})(?:#(?P<nth>[0-9]{1,3})|(?P<last>L))")
 
@@ -58,11 +75,21 @@ class DayForms:
     """``x#n``: (weekday with Sunday = 0, n)."""
     last_of: frozenset[int] = frozenset()
     """``xL``: weekdays, Sunday = 0."""
+    business: frozenset[int] = frozenset()
+    """``nBD``: the n of each."""
+    last_business: bool = False
+    """``LBD``."""
 
     @property
     def dom(self) -> bool:
         """Whether any day-of-month form is present."""
-        return bool(self.last_offsets or self.nearest or self.last_weekday)
+        return bool(
+            self.last_offsets
+            or self.nearest
+            or self.last_weekday
+            or self.business
+            or self.last_business
+        )
 
     @property
     def dow(self) -> bool:
@@ -76,14 +103,19 @@ class DayForms:
             self.last_weekday or other.last_weekday,
             self.nth | other.nth,
             self.last_of | other.last_of,
+            self.business | other.business,
+            self.last_business or other.last_business,
         )
 
     def fires_in_month_of(self, length: int) -> bool:
         """Whether a day-of-month form selects a day in some month of ``length`` days."""
+        # A month of 28-31 days has length - 8 weekdays at most.
         return (
             self.last_weekday
+            or self.last_business
             or any(n < length for n in self.last_offsets)
             or any(n <= length for n in self.nearest)
+            or any(n <= length - 8 for n in self.business)
         )
 
 
@@ -94,6 +126,13 @@ def parse_dom_form(item: str) -> DayForms | str | None:
         return None
     if match["lw"]:
         return DayForms(last_weekday=True)
+    if match["lbd"]:
+        return DayForms(last_business=True)
+    if match["bd"] is not None:
+        nth = int(match["bd"])
+        if not 1 <= nth <= MAX_BUSINESS_DAY:
+            return f"'{match['bd']}BD' names no business day: n in 'nBD' is 1-{MAX_BUSINESS_DAY}"
+        return DayForms(business=frozenset({nth}))
     if match["offset"] is not None:
         offset = int(match["offset"])
         if offset > 30:
@@ -129,13 +168,19 @@ def parse_dow_form(item: str, names: dict[str, int]) -> DayForms | str | None:
 
 
 def month_days_for(
-    forms: DayForms, year: int, month: int, *, clamp: bool
+    forms: DayForms, year: int, month: int, *, clamp: bool, business_day: BusinessDay | None = None
 ) -> tuple[frozenset[int], frozenset[int], dict[int, str]]:
     """Days of (year, month) the day-of-month forms select, those the
-    day-of-week forms select, and a note for each day only CLAMP made."""
+    day-of-week forms select, and a note for each day only CLAMP made.
+    ``business_day``: a calendar's rule for ``nBD`` and ``LBD`` (default Monday-Friday)."""
     length = calendar.monthrange(year, month)[1]
     dom: set[int] = set()
     notes: dict[int, str] = {}
+    if forms.business or forms.last_business:
+        working = _business_days(year, month, length, business_day)
+        dom.update(working[n - 1] for n in forms.business if n <= len(working))
+        if forms.last_business and working:
+            dom.add(working[-1])
     for offset in forms.last_offsets:
         if offset < length:
             dom.add(length - offset)
@@ -182,3 +227,11 @@ def _nearest_back(year: int, month: int, day: int) -> int:
     while calendar.weekday(year, month, day) >= _SATURDAY:
         day -= 1
     return day
+
+
+def _business_days(
+    year: int, month: int, length: int, business_day: BusinessDay | None
+) -> list[int]:
+    if business_day is None:
+        return [d for d in range(1, length + 1) if calendar.weekday(year, month, d) < _SATURDAY]
+    return [d for d in range(1, length + 1) if business_day(date(year, month, d))]

@@ -16,6 +16,7 @@ from typing import Protocol
 
 import shardmap
 from cluster.cron.calendar_rules import CALENDAR_POLICIES, check_calendar_name
+from cluster.cron.day_forms import BusinessDay
 from cluster.cron.firing import Fire, Schedule
 from cluster.cron.schedule import MIN_INTERVAL, parse_schedule
 from cluster.cron.wall_clock import DstPolicy, MonthEndPolicy
@@ -60,9 +61,11 @@ def parse_terms(
     seed: str,
     anchor: datetime = ANCHOR,
     min_interval: timedelta = MIN_INTERVAL,
+    business_day: BusinessDay | None = None,
 ) -> Schedule:
     """The schedule of ``terms``. ``seed`` is the cron's id (what ``H``
-    fields read); before a cron has one, any stable text gives an example."""
+    fields read); before a cron has one, any stable text gives an example.
+    ``business_day``: the rule of the calendar the cron follows (``nBD``, ``LBD``)."""
     return parse_schedule(
         terms.schedule.strip(),
         terms.time_zone,
@@ -71,6 +74,7 @@ def parse_terms(
         anchor=anchor,
         month_end=_month_end(terms.month_end_policy),
         dst=_dst(terms.dst_policy),
+        business_day=business_day,
     )
 
 

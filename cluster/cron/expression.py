@@ -5,8 +5,8 @@ Two notations, both validated before anything is stored:
 * cron: five fields (minute hour day-of-month month day-of-week) or a macro
   (``@daily`` ...). Fields take numbers, ranges, lists and steps, month and
   weekday names (``JAN-DEC``, ``SUN-SAT``), ``L`` (last day of the month),
-  Quartz's day forms ``15W``, ``LW``, ``L-3``, ``MON#3`` and ``FRIL``
-  (:mod:`cluster.cron.day_forms`) and Jenkins' ``H`` (a value fixed by a seed,
+  Quartz's day forms ``15W``, ``LW``, ``L-3``, ``MON#3`` and ``FRIL``, business
+  days ``2BD`` and ``LBD`` (:mod:`cluster.cron.day_forms`) and Jenkins' ``H`` (a value fixed by a seed,
   to spread many jobs over the hour).
 * intervals: ``every 15m``, ``every 1h30m fixed-delay``.
 
@@ -383,16 +383,21 @@ def _day_form(item: str, index: int, spec: _FieldSpec, expression: str) -> DayFo
             f"'#' (n-th weekday) belongs in the day-of-week field, not the {spec.name} "
             f"field of {expression!r}: write e.g. '0 9 * * MON#3'"
         )
+    if "BD" in item and index != 2:
+        raise InvalidSchedule(
+            f"'BD' (business day) belongs in the day-of-month field, not the {spec.name} "
+            f"field of {expression!r}: write e.g. '0 9 2BD * *' or '0 9 LBD * *'"
+        )
     if _NEAREST_MARK.search(item) and index != 2:
         raise InvalidSchedule(
             f"'W' (nearest weekday) belongs in the day-of-month field, not the "
             f"{spec.name} field of {expression!r}: write e.g. '0 9 15W * *'"
         )
-    if index == 2 and ("W" in item or item.startswith("L-")):
+    if index == 2 and ("W" in item or "BD" in item or item.startswith("L-")):
         raise InvalidSchedule(
             f"cannot read {item!r} in the day-of-month field of {expression!r}: write 'nW' "
-            "(the weekday nearest the n-th, e.g. '15W'), 'LW' or 'L-n' (e.g. 'L-3'), "
-            "each alone, without ranges or steps"
+            "(the weekday nearest the n-th, e.g. '15W'), 'LW', 'L-n' (e.g. 'L-3'), 'nBD' "
+            "(the n-th business day, e.g. '2BD') or 'LBD', each alone, without ranges or steps"
         )
     if index == 4 and item == "L":
         raise InvalidSchedule(

@@ -116,9 +116,15 @@ def schedule_of(
     read from its shard) its slots are kept, skipped or moved by it."""
     # Stored definitions were validated against the operator's minimum when
     # written; reading them back must not fail if that minimum changed since.
-    schedule = parse_terms(cron, seed=cron.id_text, anchor=cron.anchor, min_interval=min_interval)
     if calendar is None or cron.calendar is None:
-        return schedule
+        return parse_terms(cron, seed=cron.id_text, anchor=cron.anchor, min_interval=min_interval)
+    schedule = parse_terms(
+        cron,
+        seed=cron.id_text,
+        anchor=cron.anchor,
+        min_interval=min_interval,
+        business_day=calendar.body.is_business_day,
+    )
     return CalendarSchedule(
         schedule,
         calendar.body,

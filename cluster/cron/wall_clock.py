@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import ClassVar, Literal
 
-from cluster.cron.day_forms import month_days_for
+from cluster.cron.day_forms import BusinessDay, month_days_for
 from cluster.cron.expression import CronFields, slot_seconds
 from cluster.cron.firing import Fire, Schedule, ScheduleKind
 
@@ -91,9 +91,12 @@ class CronSchedule(Schedule):
         *,
         month_end: MonthEndPolicy = "SKIP",
         dst: DstPolicy = "CRONIE",
+        business_day: BusinessDay | None = None,
     ) -> None:
         super().__init__(expression, time_zone, zone)
         self._fields = fields
+        # nBD and LBD read it (a calendar's rule); Monday-Friday when None.
+        self._business_day = business_day
         self._months = sorted(fields.months)
         self._slot_seconds = slot_seconds(fields)
         self.month_end: MonthEndPolicy = month_end
@@ -225,7 +228,11 @@ class CronSchedule(Schedule):
                 if has_forms:
                     # L, L-n, nW, LW, x#n, xL: found once a month, not per day.
                     form_dom, form_dow, form_notes = month_days_for(
-                        forms, year, month, clamp=self.month_end == "CLAMP"
+                        forms,
+                        year,
+                        month,
+                        clamp=self.month_end == "CLAMP",
+                        business_day=self._business_day,
                     )
                 for day in range(1, n_days + 1):
                     dom = day in f.days or day in form_dom

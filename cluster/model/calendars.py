@@ -15,6 +15,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from functools import cached_property
 
 __all__ = [
     "WEEKDAY_NAMES",
@@ -42,13 +43,16 @@ class CalendarBody:
             return True
         return day.weekday() in self.business_week and day not in self._excluded
 
-    @property
+    # Asked for on every slot the materializer plans: each set is built once
+    # per body (cached_property writes the instance's __dict__ directly, which
+    # a frozen dataclass allows; equality still reads the fields only).
+    @cached_property
     def _excluded(self) -> frozenset[date]:
-        return _as_set(self.exclude_dates)
+        return frozenset(self.exclude_dates)
 
-    @property
+    @cached_property
     def _included(self) -> frozenset[date]:
-        return _as_set(self.include_dates)
+        return frozenset(self.include_dates)
 
     @property
     def fingerprint(self) -> str:
@@ -67,20 +71,6 @@ class CalendarBody:
 
     def week_names(self) -> list[str]:
         return [WEEKDAY_NAMES[d] for d in sorted(self.business_week)]
-
-
-_SETS: dict[tuple[date, ...], frozenset[date]] = {}
-
-
-def _as_set(days: tuple[date, ...]) -> frozenset[date]:
-    # Bodies are immutable and few; their day sets are asked for on every
-    # slot the materializer plans, so each is built once.
-    found = _SETS.get(days)
-    if found is None:
-        if len(_SETS) > 4096:
-            _SETS.clear()
-        found = _SETS[days] = frozenset(days)
-    return found
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Quartz's day forms (``W``, ``LW``, ``#``, ``L-n``, ``xL``) against an independent oracle.
+"""Quartz's day forms (``W``, ``LW``, ``#``, ``L-n``, ``xL``), business days (``nBD``,
+``LBD``, a calendar's SKIP and NEXT_BUSINESS_DAY) against an independent oracle.
 
 The oracle below uses only the standard library (``datetime``, ``zoneinfo``)
 and the definitions as Quartz documents them; it imports nothing from
@@ -105,6 +106,23 @@ def last_of(weekday: int) -> Callable[[int, int], list[date]]:
     return days
 
 
+def nth_business(n: int, works: Callable[[date], bool]) -> Callable[[int, int], list[date]]:
+    """``nBD`` (n > 0) or ``LBD`` (n = -1): the n-th (last) working day of the month."""
+
+    def days(year: int, month: int) -> list[date]:
+        every = [date(year, month, d) for d in range(1, _last(year, month).day + 1)]
+        working = [d for d in every if works(d)]
+        if n == -1:
+            return working[-1:]
+        return working[n - 1 : n]
+
+    return days
+
+
+def weekday_works(day: date) -> bool:
+    return day.weekday() < SAT
+
+
 def either(*rules: Callable[[int, int], list[date]]) -> Callable[[int, int], list[date]]:
     return lambda year, month: sorted({d for rule in rules for d in rule(year, month)})
 
@@ -170,7 +188,11 @@ CASES = [
     # The last Sunday: Berlin's transition days.
     ("*/30 0-3 * * SUNL", last_of(SUN), [(h, m) for h in range(4) for m in (0, 30)], True, "SKIP"),
     ("0 3 LW * FRIL", either(last_weekday, last_of(FRI)), [(3, 0)], False, "SKIP"),
-]
+    # Business days without a calendar: Monday to Friday.
+    ("30 2 2BD * *", nth_business(2, weekday_works), [(2, 30)], False, "SKIP"),
+    ("0 0 LBD,23BD * *", either(nth_business(-1, weekday_works), nth_business(23, weekday_works)),
+     [(0, 0)], False, "SKIP"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("zone_name", ZONES)
@@ -279,7 +301,15 @@ def _expected_business(
     return out
 
 
+def _business_form(n: int) -> Callable[[int, int], list[date]]:
+    return nth_business(n, _business)
+
+
 BUSINESS_CASES = [
+    # Business-day forms under the calendar: its working Saturdays count, its
+    # holidays do not (and the slot is never moved: it is a business day).
+    ("0 9 3BD * *", _business_form(3), [(9, 0)]),
+    ("30 2 LBD * *", _business_form(-1), [(2, 30)]),
     # Sundays (the transition days of New York, Berlin, Santiago) and Wednesdays.
     (
         "30 2 * * SUN,WED",
@@ -297,7 +327,9 @@ def test_business_days_agree_with_the_standard_library_over_20_years(
     zone_name: str, policy: str
 ) -> None:
     from cluster.cron.calendar_rules import calendar_body
-    from cluster.cron.calendar_schedule import CalendarSchedule
+    from cluster.cron.plan import schedule_of
+    from cluster.model import CalendarRecord
+    from tests.helpers import cron_record
 
     zone = ZoneInfo(zone_name)
     every_day = _days(date(FIRST_YEAR, 1, 1), date(LAST_YEAR + 1, 2, 28))
@@ -314,7 +346,11 @@ def test_business_days_agree_with_the_standard_library_over_20_years(
             for slot, run in _expected_business(rule, walls, zone, policy)
             if start < slot <= end
         ]
-        inner = parse_schedule(expression, zone_name)
-        schedule = CalendarSchedule(inner, body, policy, name="cal", version=1)  # type: ignore[arg-type]
+        # What the materializer plans with: the cron's schedule on its calendar.
+        cron = cron_record(
+            schedule=expression, time_zone=zone_name, next_fire_at=start, calendar="cal",
+            calendar_policy=policy,
+        )  # fmt: skip
+        schedule = schedule_of(cron, calendar=CalendarRecord("svc", "cal", 1, body))
         got = [(f.scheduled_for, f.run_at) for f in schedule.fires(start, until=end)]
         assert got == want, (expression, zone_name, policy, _first_difference(got, want))  # type: ignore[arg-type]
