@@ -28,6 +28,7 @@ __all__ = [
     "FirstSlots",
     "ScheduleTerms",
     "build_cron",
+    "check_calendar_terms",
     "first_slot",
     "first_slot_of",
     "parse_terms",
@@ -134,7 +135,7 @@ def build_cron(
     """The record of ``definition``, checked: a schedule that parses (no
     more often than ``min_interval``) and fires again within its bounds,
     unless ``may_end``. ``first_slots`` shares the work across a batch."""
-    definition = _calendar_terms(definition)
+    definition = check_calendar_terms(definition)
     expression = definition.schedule.strip()
     # Jenkins' H fields read the seed (the cron's id): such a schedule is its
     # own. Any "h" at all is taken for one; a false alarm only costs a parse.
@@ -162,7 +163,7 @@ def build_cron(
     )
 
 
-def _calendar_terms(definition: CronDefinition) -> CronDefinition:
+def check_calendar_terms(definition: CronDefinition) -> CronDefinition:
     """A calendar's policy checked: SKIP when a calendar is named without one."""
     policy = definition.calendar_policy
     if definition.calendar is None:
