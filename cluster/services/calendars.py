@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from cluster.cron.calendar_rules import check_calendar_name
 from cluster.errors import Conflict, InvalidRequest, NotFound
 from cluster.model import CalendarBody, CalendarRecord, CronRecord, DeleteCronParams
+from cluster.services.calendar_replan import replan_followers
 from cluster.services.context import Services
 
 __all__ = [
@@ -105,11 +106,15 @@ async def create_calendar(
 async def replace_calendar(
     ctx: Services, owner: str, name: str, body: CalendarBody
 ) -> CalendarRecord:
-    """A new version with ``body``; the same body again changes nothing."""
+    """A new version with ``body``; the same body again changes nothing. The
+    occurrences its crons have made already are planned again by it
+    (:mod:`cluster.services.calendar_replan`)."""
     latest = await _live(ctx, owner, name)
     if latest.body.fingerprint == body.fingerprint:
         return await _write_everywhere(ctx, latest)
-    return await _write_everywhere(ctx, CalendarRecord(owner, name, latest.version + 1, body))
+    written = await _write_everywhere(ctx, CalendarRecord(owner, name, latest.version + 1, body))
+    await replan_followers(ctx, owner, written)
+    return written
 
 
 async def get_calendar(ctx: Services, owner: str, name: str) -> CalendarRecord:
