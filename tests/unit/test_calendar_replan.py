@@ -9,45 +9,25 @@ weekday slot the final calendar keeps has one that was not cancelled.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 
 import httpx
 import pytest
 
 import shardmap
-from cluster.api.app import create_app
 from cluster.clock import FakeClock
 from cluster.leader.materializer import Materializer
 from cluster.model import CronRunsParams
 from cluster.store.base import CronStore
-from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
-from tests.unit.test_api_fast import A, serve, settings
+from tests.unit.test_api_fast import A
+from tests.unit.test_cron_calendars import client, clock, crons, nine
 
 pytestmark = pytest.mark.asyncio
 
 
-def nine(day: date) -> datetime:
-    """09:00 in Istanbul (UTC+3), in UTC."""
-    return datetime(day.year, day.month, day.day, 6, tzinfo=UTC)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 12, 31, 12, tzinfo=UTC))
-
-
-@pytest.fixture
-def crons(clock: FakeClock) -> MemCronStore:
-    return MemCronStore(MemStore(2, clock))
-
-
-@pytest.fixture
-async def client(crons: MemCronStore, clock: FakeClock) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings(), store=crons.store, crons=crons, clock=clock)
-    async for c in serve(app):
-        yield c
+# The API on a MemCronStore, on a FakeClock at the end of 2026 (shared).
+__all__ = ["client", "clock", "crons"]
 
 
 async def put_calendar(client: httpx.AsyncClient, *holidays: date) -> int:
