@@ -9,9 +9,9 @@ copy of every calendar, rather than one home shard holding it:
   in the pass that plans the cron: no pass waits on, or fails with, another
   shard, so a shard that is down stops only its own crons (as today);
 * a resharding move (issue 42) moves rows by slot; calendars have none and
-  need not move, and a shard added later gets a cron's calendar with the
-  cron (:func:`carry_calendar`, called when a cron that follows one is
-  written);
+  need not move: a shard added later is given every calendar by
+  ``vakit shards add`` (:mod:`cluster.store.calendar_copy`), and a cron's
+  write carries its calendar to its shard (:func:`carry_calendar`);
 * the cost is a write to every shard per change, and calendars change
   seldom.
 

@@ -48,3 +48,8 @@ SELECT name FROM cron_jobs
  WHERE owner_service = %(owner)s AND calendar = %(name)s
  ORDER BY name
  LIMIT %(limit)s;
+
+-- name: all_calendars
+-- Every calendar copy of this shard, tombstones included: what a shard added
+-- to the cluster is given (cluster/store/calendar_copy.py).
+SELECT * FROM calendars ORDER BY owner_service, name;
