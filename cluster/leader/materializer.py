@@ -253,6 +253,7 @@ class Materializer:
             await self.crons.pending(shard, PendingParams(one_at_a_time)) if one_at_a_time else {}
         )
         calendars = await self._calendars(shard, page)
+        versions: dict[uuid.UUID, int] = {}  # the calendar version each cron was planned by
         planned: list[tuple[DueCron, Plan]] = []
         for cron in page:
             calendar = None
@@ -268,6 +269,7 @@ class Materializer:
                         extra={"cron_id": cron.id_text, "shard": shard},
                     )
                     continue
+                versions[cron.id] = calendar.version
             try:
                 p = plan(
                     cron,
@@ -310,6 +312,7 @@ class Materializer:
                         missed=p.missed,
                         skipped=p.skipped,
                         runs=p.runs,
+                        calendar_version=versions.get(cron.id, 0),
                     )
                     for cron, p in planned
                 ),

@@ -299,6 +299,9 @@ class MaterializeParams:
     missed: int = 0
     skipped: int = 0
     runs: int = 0  # what the cron's run_count grows by (its occurrences)
+    # The version of the cron's calendar it was planned by (0: no calendar);
+    # the write loses if a change re-planned the cron by a later one.
+    calendar_version: int = 0
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,13 @@ cron that follows the calendar, on each shard:
 * slots from ``next_fire_at`` on are the materializer's, which reads the new
   version on its next page.
 
-Known limit: a materializer pass that read the old version just before the
-change may still write a slot or two by it after this runs; such an
-occurrence is not re-planned until the calendar changes again. Recording the
-planning version on each occurrence would close that window.
+A materializer may hold the old version for a moment (it read the shard's
+copy at the start of a page). Before reading a cron's occurrences the
+re-plan records the new version on the cron (``hold_calendar_version``,
+migration 22); the materializer's write carries the version it planned by
+and loses its compare-and-set when that is older (the same row lock orders
+the two), so it writes nothing and plans again, by the new version, on its
+next pass.
 """
 
 from __future__ import annotations
@@ -94,6 +97,9 @@ async def _replan(
     now: datetime,
     done: Replanned,
 ) -> None:
+    # First: a materializer pass that planned by an older version writes
+    # nothing after this, so what is read next is all there is to re-plan.
+    await ctx.crons.hold_calendar_version(shard, cron.id, calendar.name, calendar.version)
     schedule = schedule_of(cron, calendar=calendar)
     jitter = timedelta(seconds=stable_jitter(cron.id_text, cron.jitter_seconds))
     runs = await ctx.crons.runs(shard, CronRunsParams(cron.id, _RUNS_READ))

@@ -14,7 +14,16 @@ import pytest
 
 from cluster.cron.calendar_rules import calendar_body
 from cluster.model import CalendarRecord, DueCronsParams
-from tests.contract.test_cron_store_contract import OWNER, CronHarness, ch, cron
+from tests.contract.test_cron_store_contract import (
+    OWNER,
+    CronHarness,
+    advance,
+    ch,
+    cron,
+    get,
+    occ,
+    write,
+)
 
 __all__ = ["ch"]
 
@@ -101,3 +110,26 @@ async def test_a_due_cron_says_which_calendar_it_follows(ch: CronHarness) -> Non
     page = await ch.crons.due(0, DueCronsParams(until=until))
     found = {(c.owner, c.calendar, c.calendar_policy) for c in page}
     assert found == {(OWNER, "tr", "NEXT_BUSINESS_DAY"), (OWNER, None, None)}
+
+
+async def test_a_write_planned_by_an_older_calendar_version_loses_once_a_change_holds_a_newer(
+    ch: CronHarness,
+) -> None:
+    follows = cron(ch, "f", at=30, calendar="tr", calendar_policy="SKIP")
+    plain = cron(ch, "p", at=30)
+    other = cron(ch, "o", at=30, calendar="tr", calendar_policy="SKIP")
+    for c in (follows, plain, other):
+        await ch.crons.create(0, c)
+    await ch.crons.hold_calendar_version(0, follows.id, "tr", 3)
+    await ch.crons.hold_calendar_version(0, follows.id, "tr", 2)  # never a step back
+    # A hold for another calendar than the one the cron follows holds nothing.
+    await ch.crons.hold_calendar_version(0, other.id, "elsewhere", 9)
+    assert follows.next_fire_at is not None
+    first = advance(follows, occ(follows, follows.next_fire_at))
+    stale = dataclasses.replace(first, calendar_version=2)
+    assert (await write(ch, stale)).advanced == frozenset()
+    assert (await get(ch, follows)).next_fire_at == follows.next_fire_at
+    fresh = dataclasses.replace(stale, calendar_version=3)
+    unrelated = [advance(plain), dataclasses.replace(advance(other), calendar_version=1)]
+    result = await write(ch, fresh, *unrelated)
+    assert result.advanced == {follows.id, plain.id, other.id} and result.created == 1

@@ -9,6 +9,7 @@ weekday slot the final calendar keeps has one that was not cancelled.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import date, datetime, timedelta
 
 import httpx
@@ -17,7 +18,7 @@ import pytest
 import shardmap
 from cluster.clock import FakeClock
 from cluster.leader.materializer import Materializer
-from cluster.model import CronRunsParams
+from cluster.model import CronRunsParams, GetCronParams
 from cluster.store.base import CronStore
 from cluster.store.memory_cron import MemCronStore
 from tests.unit.test_api_fast import A
@@ -121,3 +122,37 @@ async def edit_and_audit(client: httpx.AsyncClient, crons: CronStore, clock: Fak
     assert all(status == "SCHEDULED" for _, status in nxt.values())
     for slot, (run_at, _) in nxt.items():
         assert (run_at + timedelta(hours=3)).date() not in holidays, slot
+
+
+async def test_a_materializer_holding_the_old_version_writes_nothing(
+    client: httpx.AsyncClient, crons: MemCronStore, clock: FakeClock
+) -> None:
+    # The moment of the race, made to last: the shard's copy still says
+    # version 1 (what a pass read before the change) while the change has
+    # already held the cron for version 2. The pass loses its compare-and-set
+    # and writes nothing; once it reads version 2 it plans by it.
+    body = {"name": "tr", "timeZone": "Europe/Istanbul"}
+    assert (await client.post("/api/v1/calendars", json=body, headers=A)).status_code == 201
+    got = await client.post(
+        "/api/v1/cron-jobs",
+        json={
+            "name": "r", "schedule": "0 9 * * MON-FRI", "timeZone": "Europe/Istanbul",
+            "target": {"kind": "HTTP", "url": "https://hooks.example.com/x"}, "calendar": "tr",
+        },
+        headers=A,
+    )  # fmt: skip
+    cron_id, shard = shardmap.decode_id("cron", got.json()["cronJobId"]), got.json()["shard"]
+    old = await crons.get_calendar(shard, "svc-a", "tr")
+    assert old is not None and old.version == 1
+    await crons.hold_calendar_version(shard, cron_id, "tr", 2)
+    m = Materializer(crons, clock=clock, max_clock_skew_seconds=None)
+    clock.set(nine(date(2027, 1, 1)) - timedelta(seconds=30))
+    await m.run_once(shard)
+    assert await crons.runs(shard, CronRunsParams(cron_id, 10)) == []
+    holiday = dataclasses.replace(old.body, exclude_dates=(date(2027, 1, 1),))
+    await crons.put_calendar(shard, dataclasses.replace(old, version=2, body=holiday))
+    await m.run_once(shard)
+    # Version 2 skips Friday the 1st: still nothing, and the cursor moved on.
+    assert await crons.runs(shard, CronRunsParams(cron_id, 10)) == []
+    saved = await crons.get(shard, GetCronParams(cron_id, "svc-a"))
+    assert saved is not None and saved.next_fire_at == nine(date(2027, 1, 4))

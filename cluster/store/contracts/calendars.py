@@ -8,6 +8,7 @@ replaces it only with a greater (version, fingerprint).
 
 from __future__ import annotations
 
+import uuid
 from typing import Protocol
 
 from cluster.model import CalendarRecord
@@ -36,6 +37,14 @@ class CalendarIntake(CalendarReads, Protocol):
         self, shard: int, owner: str, *, after: str = "", limit: int = 500
     ) -> list[CalendarRecord]:
         """The owner's calendars on this shard by name after ``after``, tombstones included."""
+        ...
+
+    async def hold_calendar_version(
+        self, shard: int, cron_id: uuid.UUID, name: str, version: int
+    ) -> None:
+        """A change to calendar ``name`` is about to re-plan the cron by
+        ``version``: from now on a materializer write planned by an older
+        version of it loses its compare-and-set (it writes nothing)."""
         ...
 
     async def crons_on_calendar(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 
 from cluster.model import CalendarRecord
 from cluster.store.memory_cron.crons import MemCronShards
@@ -35,6 +36,16 @@ class MemCalendars(MemCronShards):
         held = self._c(shard).calendars
         names = sorted(n for o, n in held if o == owner and n > after)
         return [held[(owner, n)] for n in names[:limit]]
+
+    async def hold_calendar_version(
+        self, shard: int, cron_id: uuid.UUID, name: str, version: int
+    ) -> None:
+        held = self._c(shard).held_versions
+        async with self.store._lock:
+            old = held.get(cron_id)
+            if old is not None and old[0] == name:
+                version = max(version, old[1])
+            held[cron_id] = (name, version)
 
     async def crons_on_calendar(
         self, shard: int, owner: str, name: str, *, limit: int = 10

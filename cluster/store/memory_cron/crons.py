@@ -43,6 +43,8 @@ class MemCrons:
     listeners: set[asyncio.Queue[None]] = field(default_factory=set)
     # This shard's copy of each calendar, by (owner, name).
     calendars: dict[tuple[str, str], CalendarRecord] = field(default_factory=dict)
+    # cron_jobs.calendar_held and calendar_version: (calendar, version) by cron.
+    held_versions: dict[uuid.UUID, tuple[str, int]] = field(default_factory=dict)
 
 
 # The outcomes a cron's last result shows: a cancelled occurrence is none.

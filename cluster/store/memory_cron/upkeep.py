@@ -20,6 +20,7 @@ from cluster.model import (
     WaitingCronsParams,
 )
 from cluster.store.memory_cron.calendars import MemCalendars
+from cluster.store.memory_cron.crons import MemCrons
 
 __all__ = ["MemCronUpkeep"]
 
@@ -128,6 +129,7 @@ class MemCronUpkeep(MemCalendars):
                     or not cron.enabled
                     or cron.paused_at is not None
                     or cron.next_fire_at != item.expected_next
+                    or self._planned_by_older(c, cron, item.calendar_version)
                 ):
                     continue  # the compare-and-set lost: nothing of this cron is written
                 last_fire = cron.last_fire_at
@@ -160,6 +162,13 @@ class MemCronUpkeep(MemCalendars):
                     self._insert(shard, cron, occ, far)
                     created += 1
         return MaterializeResult(frozenset(advanced), created, tuple(refused))
+
+    @staticmethod
+    def _planned_by_older(c: MemCrons, cron: CronRecord, version: int) -> bool:
+        """Migration 22's test: a change re-planned the cron by a later
+        version of its calendar than the one this write was planned by."""
+        held = c.held_versions.get(cron.id)
+        return held is not None and held[0] == cron.calendar and held[1] > version
 
     async def prune_occurrences(self, shard: int, params: PruneOccurrencesParams) -> int:
         c = self._c(shard)

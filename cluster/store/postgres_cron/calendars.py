@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from cluster.model import CalendarBody, CalendarRecord
 from cluster.store.pgshards import wrap_exceptions
 from cluster.store.postgres_cron.pools import PgCronPools
+from cluster.store.sql import QUERIES
 
 __all__ = ["PgCalendars", "calendar_row"]
 
@@ -62,6 +64,14 @@ class PgCalendars(PgCronPools):
     ) -> list[CalendarRecord]:
         args = {"owner": owner, "after": after, "limit": limit}
         return [calendar_row(r) for r in await self._rows(shard, "list_calendars", args)]
+
+    @wrap_exceptions
+    async def hold_calendar_version(
+        self, shard: int, cron_id: uuid.UUID, name: str, version: int
+    ) -> None:
+        args = {"id": cron_id, "name": name, "version": version}
+        async with self.store.connection(shard) as conn:
+            await conn.execute(QUERIES["hold_calendar_version"], args)
 
     @wrap_exceptions
     async def crons_on_calendar(

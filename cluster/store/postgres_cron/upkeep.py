@@ -82,6 +82,7 @@ class PgCronUpkeep(PgCalendars):
             "missed": [p.missed for p in items],
             "skipped": [p.skipped for p in items],
             "runs": [p.runs for p in items],
+            "cal_version": [p.calendar_version for p in items],
             "occ_cron": [c for c, _ in occ],
             "occ_job": [o.job_id for _, o in occ],
             "occ_scheduled": [o.scheduled_for for _, o in occ],

@@ -53,3 +53,13 @@ SELECT name FROM cron_jobs
 -- Every calendar copy of this shard, tombstones included: what a shard added
 -- to the cluster is given (cluster/store/calendar_copy.py).
 SELECT * FROM calendars ORDER BY owner_service, name;
+
+-- name: hold_calendar_version
+-- A calendar's change is about to re-plan this cron: materializer writes
+-- planned by an older version of it lose their compare-and-set from now on.
+UPDATE cron_jobs
+   SET calendar_held = %(name)s::varchar,
+       calendar_version = CASE WHEN calendar_held IS DISTINCT FROM %(name)s::varchar
+                               THEN %(version)s::int8
+                               ELSE greatest(calendar_version, %(version)s::int8) END
+ WHERE id = %(id)s;

@@ -94,8 +94,8 @@ SELECT v.id,
 WITH v AS (
     SELECT * FROM unnest(%(ids)b::uuid[], %(expected)b::timestamptz[], %(next)b::timestamptz[],
                          %(last_fire)b::timestamptz[], %(missed)b::int8[], %(skipped)b::int8[],
-                         %(runs)b::int8[])
-           AS v(id, expected, next, last_fire, missed, skipped, runs)
+                         %(runs)b::int8[], %(cal_version)b::int8[])
+           AS v(id, expected, next, last_fire, missed, skipped, runs, cal_version)
 ),
 locked AS (
     -- A lookup by primary key per cron (the locking subquery is never
@@ -104,6 +104,10 @@ locked AS (
         SELECT FROM cron_jobs c
          WHERE c.id = v.id AND c.next_fire_at IS NOT DISTINCT FROM v.expected AND c.enabled
                AND c.paused_at IS NULL
+               -- Planned by the calendar version a change re-planned by, or
+               -- a later one (migration 22); crons without one pass.
+               AND (c.calendar_version IS NULL OR c.calendar_held IS DISTINCT FROM c.calendar
+                    OR c.calendar_version <= v.cal_version)
            FOR UPDATE SKIP LOCKED
     ) l
      -- A fenced slot's cron is not materialized here: it loses this round,

@@ -33,3 +33,8 @@ ALTER TABLE cron_jobs ADD COLUMN calendar varchar(200), ADD COLUMN calendar_poli
 -- all of them, take no entry.
 CREATE INDEX cron_jobs_calendar_idx ON cron_jobs (owner_service, calendar)
     WHERE calendar IS NOT NULL;
+-- The calendar version a change re-planned the cron's occurrences by
+-- (calendar_held names the calendar): from then on the materializer's write
+-- wins its compare-and-set only if it planned by that version or a later one,
+-- so a pass that read the old version just before the change writes nothing.
+ALTER TABLE cron_jobs ADD COLUMN calendar_held varchar(200), ADD COLUMN calendar_version bigint;
