@@ -28,6 +28,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cluster import __version__, logs, metrics, tracing
+from cluster.api import calendars as calendar_routes
 from cluster.api import console, cron_actions, job_actions
 from cluster.api import crons as cron_routes
 from cluster.api import jobs as job_routes
@@ -162,6 +163,7 @@ def create_app(
     app.include_router(ops_routes.router)
     app.include_router(cron_routes.router)
     app.include_router(cron_actions.router)
+    app.include_router(calendar_routes.router)
     app.include_router(shard_routes.router)
     app.include_router(problem_pages)
     console.install(app)

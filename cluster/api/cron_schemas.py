@@ -10,6 +10,7 @@ from cluster.api.schemas import MAX_BATCH, ProblemOut, Rfc3339, TargetIn, UtcDat
 from cluster.services.cron_document import (
     NAME,
     Bounds,
+    CalendarPolicy,
     Concurrency,
     CreateCronIn,
     Dst,
@@ -49,6 +50,10 @@ class PatchCronIn(Bounds):
     enabled: bool | None = None
     monthEndPolicy: MonthEnd | None = None
     dstPolicy: Dst | None = None
+    calendar: str | None = Field(
+        None, min_length=1, max_length=200, description="null stops following a calendar."
+    )
+    calendarPolicy: CalendarPolicy | None = None
     startAt: Rfc3339 | None = Field(None, description="null removes the bound.")
     endAt: Rfc3339 | None = Field(None, description="null removes the bound.")
     maxRuns: int | None = Field(None, ge=1, description="null removes the bound.")
@@ -63,7 +68,10 @@ class PatchCronIn(Bounds):
         return self
 
 
-_NULLABLE = {"payload", "startingDeadlineSeconds", "startAt", "endAt", "maxRuns"}
+_NULLABLE = {
+    "payload", "startingDeadlineSeconds", "startAt", "endAt", "maxRuns", "calendar",
+    "calendarPolicy",
+}  # fmt: skip
 
 
 class CronOut(BaseModel):
@@ -107,6 +115,10 @@ class CronOut(BaseModel):
         "null before the first.",
     )
     lastResultAt: UtcDatetime | None = Field(None, description="When that occurrence finished.")
+    calendar: str | None = Field(None, description="The calendar it follows, if any.")
+    calendarPolicy: str | None = Field(
+        None, description="SKIP or NEXT_BUSINESS_DAY: a slot on a day the calendar does not work."
+    )
 
 
 class CronListOut(BaseModel):
@@ -118,6 +130,11 @@ class FireOut(BaseModel):
     scheduledFor: UtcDatetime
     local: str
     note: str | None
+    runAt: UtcDatetime | None = Field(
+        None,
+        description="When a calendar moved the run (calendarPolicy NEXT_BUSINESS_DAY); "
+        "scheduledFor stays the occurrence's identity.",
+    )
 
 
 class PreviewOut(BaseModel):
@@ -127,6 +144,10 @@ class PreviewOut(BaseModel):
     )
     monthEndPolicy: str = "SKIP"
     dstPolicy: str = "CRONIE"
+    calendar: str | None = None
+    calendarVersion: int | None = Field(
+        None, description="The version of the calendar the preview was computed with."
+    )
 
 
 class RunOut(BaseModel):

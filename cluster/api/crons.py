@@ -74,6 +74,8 @@ def cron_out(c: CronRecord, shard: int) -> CronOut:
         pauseReason=c.pause_reason,
         lastResult=c.last_result,
         lastResultAt=c.last_result_at,
+        calendar=c.calendar,
+        calendarPolicy=c.calendar_policy,
     )
 
 
@@ -224,12 +226,19 @@ async def preview_cron(
 def preview_out(preview: Preview) -> PreviewOut:
     return PreviewOut(
         fires=[
-            FireOut(scheduledFor=f.scheduled_for, local=f.local.isoformat(), note=f.note)
+            FireOut(
+                scheduledFor=f.scheduled_for,
+                local=f.local.isoformat(),
+                note=f.note,
+                runAt=f.moved_to,
+            )
             for f in preview.fires
         ],
         end=preview.end,
         monthEndPolicy=preview.cron.month_end_policy,
         dstPolicy=preview.cron.dst_policy,
+        calendar=preview.cron.calendar,
+        calendarVersion=preview.calendar_version,
     )
 
 

@@ -1,4 +1,5 @@
-"""``vakit jobs``, ``vakit crons``, ``vakit dlq``, ``vakit shards`` and ``vakit completion``:
+"""``vakit jobs``, ``vakit crons``, ``vakit calendars``, ``vakit dlq``, ``vakit shards``
+and ``vakit completion``:
 the command line for people, on the HTTP API only (never the database).
 
 Every command takes ``--api-url`` and ``--token`` (or ``VAKIT_API_URL`` and
@@ -14,6 +15,7 @@ import click
 # crons_as_code is imported for what importing it does: it adds ``apply``
 # and ``lint`` to the ``crons`` group.
 from cluster.cli_client import crons_as_code  # noqa: F401
+from cluster.cli_client.calendars import calendars
 from cluster.cli_client.crons import crons
 from cluster.cli_client.dlq import dlq
 from cluster.cli_client.jobs import jobs
@@ -38,5 +40,5 @@ def completion(ctx: click.Context, shell: str) -> None:
 
 def register(main: click.Group) -> None:
     """Add the HTTP commands to the ``vakit`` group."""
-    for command in (jobs, crons, dlq, shards, completion):
+    for command in (jobs, crons, calendars, dlq, shards, completion):
         main.add_command(command)

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from cluster.cron.definition import first_slot, parse_terms
+from cluster.cron.definition import check_calendar_terms, first_slot, parse_terms
 from cluster.cron.firing import Fire
 from cluster.cron.schedule import InvalidSchedule
 from cluster.errors import VakitError
@@ -161,6 +161,10 @@ def lint(
                 f"name: {spec.name!r} does not start with {cron_file.owns!r}, the prefix this file owns"
             )
         definition = definition_of(spec)
+        try:
+            check_calendar_terms(definition)
+        except VakitError as exc:
+            result.errors.append(f"calendarPolicy: {exc}")
         try:
             # The name stands for the id the server will draw (H fields' seed).
             schedule = parse_terms(definition, seed=spec.name)

@@ -269,11 +269,13 @@ def crons_preview(call: Call, cron: str, from_: str | None, count: int) -> None:
     out = call.api.request(
         "GET", f"/api/v1/cron-jobs/{quote_segment(find_cron_id(call, cron))}/preview", params=params
     )
-    call.emit(out, ("scheduledFor", "local", "note"), out["fires"])
+    call.emit(out, ("scheduledFor", "local", "runAt", "note"), out["fires"])
     if call.fmt == "table":
         click.echo(
             f"(dstPolicy {out.get('dstPolicy')}, monthEndPolicy {out.get('monthEndPolicy')})"
         )
+        if out.get("calendar"):
+            click.echo(f"(calendar {out['calendar']}, version {out.get('calendarVersion')})")
         if out.get("end"):
             click.echo(f"(ends: {out['end']})")
 

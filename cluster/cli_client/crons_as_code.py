@@ -170,6 +170,14 @@ def crons_lint(path: str, count: int, output: str) -> None:
                 f"✓ {r.name}  '{spec.schedule}' in {spec.timeZone} "
                 f"(dstPolicy {spec.dstPolicy}, monthEndPolicy {spec.monthEndPolicy})"
             )
+            if spec.calendar is not None:
+                # Offline there is no calendar to read: the fires below are
+                # the nominal slots, business days Monday to Friday.
+                click.echo(
+                    f"    (calendar {spec.calendar}, calendarPolicy "
+                    f"{spec.calendarPolicy or 'SKIP'}: not read offline; slots shown unmoved, "
+                    "business days Monday-Friday)"
+                )
             for fire in r.fires:
                 click.echo(
                     f"    {fire.local:%Y-%m-%d %H:%M %Z}  ({fire.scheduled_for:%Y-%m-%dT%H:%M:%SZ})"

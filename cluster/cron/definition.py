@@ -15,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import shardmap
+from cluster.cron.calendar_rules import CALENDAR_POLICIES, check_calendar_name
+from cluster.cron.day_forms import BusinessDay
 from cluster.cron.firing import Fire, Schedule
 from cluster.cron.schedule import MIN_INTERVAL, parse_schedule
 from cluster.cron.wall_clock import DstPolicy, MonthEndPolicy
@@ -26,6 +28,7 @@ __all__ = [
     "FirstSlots",
     "ScheduleTerms",
     "build_cron",
+    "check_calendar_terms",
     "first_slot",
     "first_slot_of",
     "parse_terms",
@@ -59,9 +62,11 @@ def parse_terms(
     seed: str,
     anchor: datetime = ANCHOR,
     min_interval: timedelta = MIN_INTERVAL,
+    business_day: BusinessDay | None = None,
 ) -> Schedule:
     """The schedule of ``terms``. ``seed`` is the cron's id (what ``H``
-    fields read); before a cron has one, any stable text gives an example."""
+    fields read); before a cron has one, any stable text gives an example.
+    ``business_day``: the rule of the calendar the cron follows (``nBD``, ``LBD``)."""
     return parse_schedule(
         terms.schedule.strip(),
         terms.time_zone,
@@ -70,6 +75,7 @@ def parse_terms(
         anchor=anchor,
         month_end=_month_end(terms.month_end_policy),
         dst=_dst(terms.dst_policy),
+        business_day=business_day,
     )
 
 
@@ -129,6 +135,7 @@ def build_cron(
     """The record of ``definition``, checked: a schedule that parses (no
     more often than ``min_interval``) and fires again within its bounds,
     unless ``may_end``. ``first_slots`` shares the work across a batch."""
+    definition = check_calendar_terms(definition)
     expression = definition.schedule.strip()
     # Jenkins' H fields read the seed (the cron's id): such a schedule is its
     # own. Any "h" at all is taken for one; a false alarm only costs a parse.
@@ -154,3 +161,32 @@ def build_cron(
     return definition.record(
         id=cron_id, owner=owner, schedule_kind=kind, anchor=ANCHOR, next_fire_at=first
     )
+
+
+def check_calendar_terms(definition: CronDefinition) -> CronDefinition:
+    """A calendar's policy checked: SKIP when a calendar is named without one."""
+    policy = definition.calendar_policy
+    if definition.calendar is None:
+        if policy is not None:
+            raise InvalidRequest(
+                "calendarPolicy needs a calendar: name one in 'calendar'", field="calendarPolicy"
+            )
+        return definition
+    check_calendar_name(definition.calendar, "calendar")
+    if policy is None:
+        return definition._replace(calendar_policy="SKIP")
+    if policy not in CALENDAR_POLICIES:
+        raise InvalidRequest(
+            f"calendarPolicy must be one of {', '.join(CALENDAR_POLICIES)}", field="calendarPolicy"
+        )
+    if policy == "PREVIOUS_BUSINESS_DAY":
+        # A slot moved back runs before it is due: the materializer, which
+        # makes a slot's occurrence a lookahead before the slot, would make
+        # it too late. Refused until planning can run ahead of the slot.
+        raise InvalidRequest(
+            "calendarPolicy PREVIOUS_BUSINESS_DAY is not available yet (the materializer "
+            "plans a slot shortly before it, too late for a run moved days earlier); use "
+            "SKIP or NEXT_BUSINESS_DAY",
+            field="calendarPolicy",
+        )
+    return definition

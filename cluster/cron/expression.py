@@ -4,8 +4,10 @@ Two notations, both validated before anything is stored:
 
 * cron: five fields (minute hour day-of-month month day-of-week) or a macro
   (``@daily`` ...). Fields take numbers, ranges, lists and steps, month and
-  weekday names (``JAN-DEC``, ``SUN-SAT``), ``L`` (last day of the month) and
-  Jenkins' ``H`` (a value fixed by a seed, to spread many jobs over the hour).
+  weekday names (``JAN-DEC``, ``SUN-SAT``), ``L`` (last day of the month),
+  Quartz's day forms ``15W``, ``LW``, ``L-3``, ``MON#3`` and ``FRIL``, business
+  days ``2BD`` and ``LBD`` (:mod:`cluster.cron.day_forms`) and Jenkins' ``H`` (a value fixed by a seed,
+  to spread many jobs over the hour).
 * intervals: ``every 15m``, ``every 1h30m fixed-delay``.
 
 A parsed cron expression is a :class:`CronFields`; when and how it fires in a
@@ -26,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from cluster.cron.day_forms import DayForms, parse_dom_form, parse_dow_form
 from cluster.errors import InvalidRequest
 
 __all__ = [
@@ -67,6 +70,7 @@ _DOW_NAMES = {"SUN": 0, "MON": 1, "TUE": 2, "WED": 3, "THU": 4, "FRI": 5, "SAT":
 _MONTH_TITLES = {i: calendar.month_name[i] for i in range(1, 13)}
 # Longest each month can be: February has 29 days in leap years.
 _MAX_MONTH_DAYS = {m: calendar.monthrange(2000, m)[1] for m in range(1, 13)}
+_NO_FORMS = DayForms()
 
 
 class InvalidSchedule(InvalidRequest, ValueError):
@@ -84,7 +88,6 @@ class CronFields:
     minutes: frozenset[int]
     hours: frozenset[int]
     days: frozenset[int]
-    last_day: bool
     months: frozenset[int]
     weekdays: frozenset[int]  # 0 = Sunday
     # Vixie cron: a day field whose text starts with "*" is "unrestricted"; when
@@ -92,6 +95,8 @@ class CronFields:
     dom_star: bool
     dow_star: bool
     wildcard: bool
+    # L, L-n, nW, LW, x#n, xL: days found per month rather than listed.
+    forms: DayForms = _NO_FORMS
 
 
 def slot_seconds(fields: CronFields) -> list[int]:
@@ -156,7 +161,8 @@ _ITEM = re.compile(
     """,
     re.VERBOSE,
 )
-_CRON_CHARS = re.compile(r"[A-Za-z0-9*/,()\- \t]+")
+_NEAREST_MARK = re.compile(r"[0-9L]W")
+_CRON_CHARS = re.compile(r"[A-Za-z0-9*/,()#\- \t]+")
 _INTERVAL = re.compile(
     r"every\s+(?P<amount>\S+)(?:\s+(?P<mode>fixed-delay|fixed-rate))?", re.IGNORECASE
 )
@@ -261,12 +267,8 @@ def _read_cron(text: str, seed: str) -> CronFields:
             known = ", ".join(_MACROS)
             raise InvalidSchedule(f"unknown macro {text!r}: use one of {known}")
         text = macro
-    for char, hint in (
-        ("?", "'?' is Quartz syntax: write '*'"),
-        ("#", "'#' (n-th weekday of the month) is not supported"),
-    ):
-        if char in text:
-            raise InvalidSchedule(f"{hint} in {expression!r}")
+    if "?" in text:
+        raise InvalidSchedule(f"'?' is Quartz syntax: write '*' in {expression!r}")
     if not text.isascii() or not _CRON_CHARS.fullmatch(text):
         bad = next(c for c in text if not (c.isascii() and _CRON_CHARS.fullmatch(c)))
         raise InvalidSchedule(f"unexpected character {bad!r} in {expression!r}")
@@ -284,16 +286,18 @@ def _read_cron(text: str, seed: str) -> CronFields:
         minutes=parsed[0][0],
         hours=parsed[1][0],
         days=parsed[2][0],
-        last_day=parsed[2][1],
         months=parsed[3][0],
         weekdays=parsed[4][0],
         dom_star=parts[2].startswith("*"),
         dow_star=parts[4].startswith("*"),
         wildcard=parts[0].startswith("*") or parts[1].startswith("*"),
+        forms=parsed[2][1].merged(parsed[4][1]),
     )
 
 
-def _parse_field(text: str, index: int, seed: str, expression: str) -> tuple[frozenset[int], bool]:
+def _parse_field(
+    text: str, index: int, seed: str, expression: str
+) -> tuple[frozenset[int], DayForms]:
     spec = _FIELDS[index]
     items = text.upper().split(",")
     if len(items) > MAX_LIST_ITEMS:
@@ -302,8 +306,12 @@ def _parse_field(text: str, index: int, seed: str, expression: str) -> tuple[fro
             f"the limit is {MAX_LIST_ITEMS}"
         )
     values: set[int] = set()
-    last_day = False
+    forms = DayForms()
     for item in items:
+        form = _day_form(item, index, spec, expression)
+        if form is not None:
+            forms = forms.merged(form)
+            continue
         match = _ITEM.fullmatch(item)
         if match is None:
             raise InvalidSchedule(
@@ -334,7 +342,7 @@ def _parse_field(text: str, index: int, seed: str, expression: str) -> tuple[fro
                 )
             if step is not None:
                 raise InvalidSchedule(f"'L' takes no step in {expression!r}")
-            last_day = True
+            forms = forms.merged(DayForms(last_offsets=frozenset({0})))
             continue
         else:
             low = _value(match["low"], spec, expression)
@@ -351,7 +359,58 @@ def _parse_field(text: str, index: int, seed: str, expression: str) -> tuple[fro
     if index == 4 and 7 in values:
         values.discard(7)
         values.add(0)
-    return frozenset(values), last_day
+    return frozenset(values), forms
+
+
+def _day_form(item: str, index: int, spec: _FieldSpec, expression: str) -> DayForms | None:
+    """A Quartz day form (``15W``, ``LW``, ``L-3``, ``MON#3``, ``FRIL``), or None if
+    ``item`` is none; a form in the wrong field, or misspelt, is refused here with
+    a message that names the right spelling."""
+    if index == 2:
+        read = parse_dom_form(item)
+    elif index == 4:
+        read = parse_dow_form(item, spec.names)
+    else:
+        read = None
+    if isinstance(read, str):
+        raise InvalidSchedule(f"{read} (in {expression!r})")
+    if read is not None:
+        return read
+    # No month or weekday name holds a '#', and only WED a 'W': after a digit
+    # or 'L' it can only be meant as "nearest weekday".
+    if "#" in item and index != 4:
+        raise InvalidSchedule(
+            f"'#' (n-th weekday) belongs in the day-of-week field, not the {spec.name} "
+            f"field of {expression!r}: write e.g. '0 9 * * MON#3'"
+        )
+    if "BD" in item and index != 2:
+        raise InvalidSchedule(
+            f"'BD' (business day) belongs in the day-of-month field, not the {spec.name} "
+            f"field of {expression!r}: write e.g. '0 9 2BD * *' or '0 9 LBD * *'"
+        )
+    if _NEAREST_MARK.search(item) and index != 2:
+        raise InvalidSchedule(
+            f"'W' (nearest weekday) belongs in the day-of-month field, not the "
+            f"{spec.name} field of {expression!r}: write e.g. '0 9 15W * *'"
+        )
+    if index == 2 and ("W" in item or "BD" in item or item.startswith("L-")):
+        raise InvalidSchedule(
+            f"cannot read {item!r} in the day-of-month field of {expression!r}: write 'nW' "
+            "(the weekday nearest the n-th, e.g. '15W'), 'LW', 'L-n' (e.g. 'L-3'), 'nBD' "
+            "(the n-th business day, e.g. '2BD') or 'LBD', each alone, without ranges or steps"
+        )
+    if index == 4 and item == "L":
+        raise InvalidSchedule(
+            f"'L' alone in the day-of-week field of {expression!r} is ambiguous: write SAT, "
+            "or e.g. 'FRIL' for the month's last Friday"
+        )
+    if index == 4 and ("#" in item or (item.endswith("L") and len(item) > 1)):
+        raise InvalidSchedule(
+            f"cannot read {item!r} in the day-of-week field of {expression!r}: write 'x#n' "
+            "(the n-th weekday x of the month, e.g. 'MON#3' or '2#1') or 'xL' (the last "
+            "x, e.g. 'FRIL'), each alone, without ranges or steps"
+        )
+    return None
 
 
 def _step(text: str | None, spec: _FieldSpec, expression: str) -> int | None:
@@ -394,15 +453,18 @@ def _check_order(low: int, high: int, spec: _FieldSpec, expression: str) -> None
 
 
 def _check_fires(fields: CronFields, expression: str) -> None:
-    """Refuse an expression whose days never exist (``0 0 30 2 *``)."""
+    """Refuse an expression whose days never exist (``0 0 30 2 *``, ``0 0 L-29 2 *``)."""
     # When both day fields are restricted either one suffices, and every weekday
-    # occurs in every month. Otherwise the day of month must exist in some listed
-    # month; the weekday then comes round within 28 years (Feb 29 included).
-    if not (fields.dom_star or fields.dow_star) or fields.last_day:
+    # occurs in every month (a fifth one in some February of a leap year).
+    # Otherwise the day of month must exist in some listed month; the weekday
+    # then comes round within 28 years (Feb 29 included).
+    if not (fields.dom_star or fields.dow_star):
         return
-    if any(min(fields.days) <= _MAX_MONTH_DAYS[m] for m in fields.months):
-        return
-    days = ",".join(str(d) for d in sorted(fields.days))
+    for month in fields.months:
+        length = _MAX_MONTH_DAYS[month]
+        if (fields.days and min(fields.days) <= length) or fields.forms.fires_in_month_of(length):
+            return
+    days = expression.split()[2] if fields.forms.dom else ",".join(map(str, sorted(fields.days)))
     months = [_MONTH_TITLES[m] for m in sorted(fields.months)]
     in_months = months[0] if len(months) == 1 else f"{', '.join(months[:-1])} or {months[-1]}"
     raise InvalidSchedule(

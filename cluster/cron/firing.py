@@ -34,13 +34,25 @@ class Fire:
     local: datetime
     """Aware, in the schedule's zone, with the offset in force at that instant."""
     note: str | None = None
-    """Set when DST moved or thinned the firing; None normally."""
+    """Set when DST or a calendar moved or thinned the firing; None normally."""
+    moved_to: datetime | None = None
+    """Aware, UTC: when a calendar moved the run (``calendarPolicy``
+    NEXT_BUSINESS_DAY or PREVIOUS_BUSINESS_DAY); None when it runs at
+    ``scheduled_for``, which stays the occurrence's identity either way."""
+
+    @property
+    def run_at(self) -> datetime:
+        """When it runs: ``moved_to``, or ``scheduled_for``."""
+        return self.moved_to or self.scheduled_for
 
 
 class Schedule(ABC):
     """A parsed schedule. Instances are immutable and safe to share between threads."""
 
     kind: ClassVar[ScheduleKind]
+    moves: ClassVar[bool] = False
+    """Whether a stored slot may be skipped or moved (a calendar): planning
+    then asks :meth:`at` about the slot it starts from."""
     expression: str
     """As given, without surrounding whitespace."""
     time_zone: str
@@ -57,6 +69,11 @@ class Schedule(ABC):
         None only when the calendar runs out (year 9999).
         """
         return next(self._fires_after(utc(after)), None)
+
+    def at(self, slot: datetime) -> Fire | None:
+        """The firing of a slot this schedule yielded before (what
+        ``next_fire_at`` holds); None when it no longer fires."""
+        return self._fire(utc(slot))
 
     def fires(
         self, after: datetime, *, count: int | None = None, until: datetime | None = None

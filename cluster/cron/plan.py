@@ -21,10 +21,11 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 import shardmap
+from cluster.cron.calendar_schedule import CalendarPolicy, CalendarSchedule
 from cluster.cron.definition import parse_terms
 from cluster.cron.firing import Fire, Schedule
 from cluster.cron.schedule import stable_jitter
-from cluster.model import Occurrence
+from cluster.model import CalendarRecord, Occurrence
 
 __all__ = [
     "CronTiming",
@@ -84,19 +85,61 @@ class CronTiming(Protocol):
     def max_runs(self) -> int | None: ...
     @property
     def run_count(self) -> int: ...
+    @property
+    def calendar(self) -> str | None: ...
+    @property
+    def calendar_policy(self) -> str | None: ...
 
 
 class Slots(Protocol):
     """Anything that tells the next slot: a :class:`Schedule`, or the
     memoizing view of one that :class:`ScheduleCache` hands out."""
 
+    @property
+    def moves(self) -> bool:
+        """Whether a slot may be skipped or moved (a calendar): see :meth:`at`."""
+        ...
+
     def next_fire(self, after: datetime) -> Fire | None: ...
 
+    def at(self, slot: datetime) -> Fire | None:
+        """The firing of a stored slot; None when it no longer fires."""
+        ...
 
-def schedule_of(cron: CronTiming, min_interval: timedelta = timedelta(0)) -> Schedule:
+
+def schedule_of(
+    cron: CronTiming,
+    min_interval: timedelta = timedelta(0),
+    calendar: CalendarRecord | None = None,
+) -> Schedule:
+    """The cron's schedule; with ``calendar`` (the one the cron names, as
+    read from its shard) its slots are kept, skipped or moved by it."""
     # Stored definitions were validated against the operator's minimum when
     # written; reading them back must not fail if that minimum changed since.
-    return parse_terms(cron, seed=cron.id_text, anchor=cron.anchor, min_interval=min_interval)
+    if calendar is None or cron.calendar is None:
+        return parse_terms(cron, seed=cron.id_text, anchor=cron.anchor, min_interval=min_interval)
+    schedule = parse_terms(
+        cron,
+        seed=cron.id_text,
+        anchor=cron.anchor,
+        min_interval=min_interval,
+        business_day=calendar.body.is_business_day,
+    )
+    return CalendarSchedule(
+        schedule,
+        calendar.body,
+        _calendar_policy(cron.calendar_policy),
+        name=calendar.name,
+        version=calendar.version,
+    )
+
+
+def _calendar_policy(value: str | None) -> CalendarPolicy:
+    if value == "NEXT_BUSINESS_DAY":
+        return "NEXT_BUSINESS_DAY"
+    if value == "PREVIOUS_BUSINESS_DAY":
+        return "PREVIOUS_BUSINESS_DAY"
+    return "SKIP"
 
 
 def exhausted(cron: CronTiming) -> bool:
@@ -117,11 +160,15 @@ class _Memo:
     round hour share their schedule and their current slot, so the slot
     after it is computed once, not once per cron."""
 
-    __slots__ = ("_next", "schedule")
+    __slots__ = ("_next", "moves", "schedule")
 
     def __init__(self, schedule: Schedule) -> None:
         self.schedule = schedule
+        self.moves = schedule.moves
         self._next: dict[datetime, Fire | None] = {}
+
+    def at(self, slot: datetime) -> Fire | None:
+        return self.schedule.at(slot)
 
     def next_fire(self, after: datetime) -> Fire | None:
         try:
@@ -149,11 +196,13 @@ class ScheduleCache:
     sharing them is safe."""
 
     def __init__(self) -> None:
-        self._memos: dict[tuple[str, str, datetime, str, str, str], _Memo] = {}
+        self._memos: dict[tuple[object, ...], _Memo] = {}
 
-    def slots(self, cron: CronTiming) -> Slots:
+    def slots(self, cron: CronTiming, calendar: CalendarRecord | None = None) -> Slots:
+        """``calendar``: the one the cron follows, as its shard holds it now
+        (a new version is a new schedule)."""
         seed = cron.id_text if _needs_seed(cron.schedule) else ""
-        key = (
+        key: tuple[object, ...] = (
             cron.schedule,
             cron.time_zone,
             cron.anchor,
@@ -161,11 +210,13 @@ class ScheduleCache:
             cron.month_end_policy,
             cron.dst_policy,
         )
+        if calendar is not None and cron.calendar is not None:
+            key += (calendar.owner, calendar.name, calendar.order, cron.calendar_policy)
         memo = self._memos.get(key)
         if memo is None:
             if len(self._memos) >= _MEMO_SCHEDULES:
                 self._memos.clear()
-            memo = self._memos[key] = _Memo(schedule_of(cron))
+            memo = self._memos[key] = _Memo(schedule_of(cron, calendar=calendar))
         return memo
 
 
@@ -191,9 +242,11 @@ class Plan:
         return max((o.scheduled_for for o in self.occurrences), default=None)
 
 
-def _occurrence(cron: CronTiming, slot: datetime) -> Occurrence:
+def _occurrence(cron: CronTiming, slot: datetime, runs: datetime | None = None) -> Occurrence:
+    """The occurrence of ``slot``, run at ``runs`` when a calendar moved it."""
     jitter = stable_jitter(cron.id_text, cron.jitter_seconds) if cron.jitter_seconds else 0
-    run_at = slot + timedelta(seconds=jitter) if jitter else slot
+    base = runs or slot
+    run_at = base + timedelta(seconds=jitter) if jitter else base
     deadline = (
         run_at + timedelta(seconds=cron.starting_deadline_seconds)
         if cron.starting_deadline_seconds is not None
@@ -222,6 +275,20 @@ def plan(
     first = cron.next_fire_at
     if first is None:
         return out
+    # Slots a calendar moved: where each runs (a slot absent runs at itself).
+    moved: dict[datetime, datetime] = {}
+    if schedule.moves:
+        # The stored slot was planned with the calendar as it was then: ask
+        # again, since a day may have been excluded or included since.
+        fire = schedule.at(first)
+        if fire is None:
+            nxt = schedule.next_fire(first)
+            first = out.next_fire_at = nxt.scheduled_for if nxt else None
+            if nxt is None or first is None:
+                return out
+            fire = nxt
+        if fire.moved_to is not None:
+            moved[first] = fire.moved_to
     end = cron.end_at
     remaining = None if cron.max_runs is None else cron.max_runs - cron.run_count
     if (remaining is not None and remaining <= 0) or (end is not None and first > end):
@@ -248,6 +315,8 @@ def plan(
             continue
         nxt = schedule.next_fire(cursor)
         cursor = nxt.scheduled_for if nxt else None
+        if nxt is not None and nxt.moved_to is not None:
+            moved[nxt.scheduled_for] = nxt.moved_to
     if not slots:
         return out
 
@@ -274,7 +343,7 @@ def plan(
             # A future slot waits for the previous occurrence to finish.
             out.next_fire_at = slot
             break
-        occ = _occurrence(cron, slot)
+        occ = _occurrence(cron, slot, moved.get(slot))
         if occ.deadline_at is not None and occ.deadline_at < now:
             out.missed_deadline += 1
             continue

@@ -26,6 +26,7 @@ import zoneinfo
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
+from cluster.cron.day_forms import BusinessDay
 from cluster.cron.expression import (
     MAX_EXPRESSION_LENGTH,
     MAX_INTERVAL,
@@ -53,6 +54,7 @@ __all__ = [
     "MIN_INTERVAL",
     "InvalidSchedule",
     "is_wildcard",
+    "load_zone",
     "parse_schedule",
     "stable_jitter",
 ]
@@ -74,6 +76,7 @@ def parse_schedule(
     anchor: datetime | None = None,
     month_end: MonthEndPolicy = "SKIP",
     dst: DstPolicy = "CRONIE",
+    business_day: BusinessDay | None = None,
 ) -> Schedule:
     """Validate and parse a schedule; raise :class:`InvalidSchedule` with a usable message.
 
@@ -82,6 +85,8 @@ def parse_schedule(
     ``anchor`` (aware) is where a fixed-rate grid starts; default 1970-01-01 UTC.
     ``month_end`` and ``dst`` are the policies of :mod:`cluster.cron.wall_clock`
     (cron expressions only; interval schedules have neither month ends nor wall clocks).
+    ``business_day`` is what ``nBD`` and ``LBD`` count (a calendar's rule;
+    Monday to Friday when None).
     """
     if month_end not in MONTH_END_POLICIES:
         raise InvalidSchedule(f"monthEndPolicy must be one of {', '.join(MONTH_END_POLICIES)}")
@@ -92,7 +97,9 @@ def parse_schedule(
     text, rule = parsed.text, parsed.rule
     zone = _load_zone(time_zone)
     if isinstance(rule, CronFields):
-        return CronSchedule(text, time_zone, zone, rule, month_end=month_end, dst=dst)
+        return CronSchedule(
+            text, time_zone, zone, rule, month_end=month_end, dst=dst, business_day=business_day
+        )
     if rule.fixed_delay:
         return FixedDelaySchedule(text, time_zone, zone, rule.period)
     start = _DEFAULT_ANCHOR if anchor is None else utc(anchor)
@@ -121,6 +128,11 @@ def _known_zones() -> dict[str, str]:
         if name not in _NOT_ZONES and not name.startswith(("posix/", "right/"))
     )
     return {name.lower(): name for name in names}
+
+
+def load_zone(name: str) -> zoneinfo.ZoneInfo:
+    """The IANA zone ``name`` as this machine knows it; :class:`InvalidSchedule` otherwise."""
+    return _load_zone(name)
 
 
 def _load_zone(name: str) -> zoneinfo.ZoneInfo:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import ClassVar, Literal
 
+from cluster.cron.day_forms import BusinessDay, month_days_for
 from cluster.cron.expression import CronFields, slot_seconds
 from cluster.cron.firing import Fire, Schedule, ScheduleKind
 
@@ -90,9 +91,12 @@ class CronSchedule(Schedule):
         *,
         month_end: MonthEndPolicy = "SKIP",
         dst: DstPolicy = "CRONIE",
+        business_day: BusinessDay | None = None,
     ) -> None:
         super().__init__(expression, time_zone, zone)
         self._fields = fields
+        # nBD and LBD read it (a calendar's rule); Monday-Friday when None.
+        self._business_day = business_day
         self._months = sorted(fields.months)
         self._slot_seconds = slot_seconds(fields)
         self.month_end: MonthEndPolicy = month_end
@@ -208,6 +212,11 @@ class CronSchedule(Schedule):
         each with a note when only the month-end clamp made it match."""
         f = self._fields
         clamp_from = self._clamp_from
+        forms = f.forms
+        has_forms = forms.dom or forms.dow
+        form_dom: frozenset[int] = frozenset()
+        form_dow: frozenset[int] = frozenset()
+        form_notes: dict[int, str] = {}
         year = start.year
         last_match_year = year
         while year <= _LAST_DAY.year and year - last_match_year <= _SEARCH_YEARS:
@@ -216,11 +225,20 @@ class CronSchedule(Schedule):
                     continue
                 n_days = calendar.monthrange(year, month)[1]
                 first_weekday = (calendar.weekday(year, month, 1) + 1) % 7  # Sunday = 0
+                if has_forms:
+                    # L, L-n, nW, LW, x#n, xL: found once a month, not per day.
+                    form_dom, form_dow, form_notes = month_days_for(
+                        forms,
+                        year,
+                        month,
+                        clamp=self.month_end == "CLAMP",
+                        business_day=self._business_day,
+                    )
                 for day in range(1, n_days + 1):
-                    dom = day in f.days or (f.last_day and day == n_days)
-                    dow = (first_weekday + day - 1) % 7 in f.weekdays
+                    dom = day in f.days or day in form_dom
+                    dow = (first_weekday + day - 1) % 7 in f.weekdays or day in form_dow
                     matched = (dom and dow) if (f.dom_star or f.dow_star) else (dom or dow)
-                    note = None
+                    note = form_notes.get(day) if has_forms and day not in f.days else None
                     if not matched and day == n_days and clamp_from > n_days:
                         # CLAMP: the 29th-31st a month lacks fire on its last day.
                         matched = dow if f.dow_star else True

@@ -42,6 +42,7 @@ from cluster.clock import Clock, SystemClock
 from cluster.cron.plan import Plan, ScheduleCache, exhausted, plan
 from cluster.errors import VakitError
 from cluster.model import (
+    CalendarRecord,
     DueCountsParams,
     DueCron,
     DueCronsParams,
@@ -251,12 +252,28 @@ class Materializer:
         pending = (
             await self.crons.pending(shard, PendingParams(one_at_a_time)) if one_at_a_time else {}
         )
+        calendars = await self._calendars(shard, page)
+        versions: dict[uuid.UUID, int] = {}  # the calendar version each cron was planned by
         planned: list[tuple[DueCron, Plan]] = []
         for cron in page:
+            calendar = None
+            if cron.calendar is not None:
+                calendar = calendars.get((cron.owner, cron.calendar))
+                if calendar is None or calendar.deleted:
+                    # Without its calendar a cron could fire on a holiday:
+                    # it waits (its slots come late, and the misfire policy
+                    # decides) until the shard has a copy again.
+                    log.error(
+                        "cron's calendar %r is not on this shard; not planned",
+                        cron.calendar,
+                        extra={"cron_id": cron.id_text, "shard": shard},
+                    )
+                    continue
+                versions[cron.id] = calendar.version
             try:
                 p = plan(
                     cron,
-                    self.schedules.slots(cron),
+                    self.schedules.slots(cron, calendar),
                     now,
                     pending=pending.get(cron.id, _NOTHING_PENDING).pending,
                     lookahead=lookahead,
@@ -295,6 +312,7 @@ class Materializer:
                         missed=p.missed,
                         skipped=p.skipped,
                         runs=p.runs,
+                        calendar_version=versions.get(cron.id, 0),
                     )
                     for cron, p in planned
                 ),
@@ -304,6 +322,17 @@ class Materializer:
         )
         self._account(shard, planned, result)
         return result.created
+
+    async def _calendars(
+        self, shard: int, page: Sequence[DueCron]
+    ) -> dict[tuple[str, str], CalendarRecord | None]:
+        """The shard's copy of each calendar the page's crons follow, read
+        once a page (a page of crons without calendars reads none)."""
+        wanted = {(c.owner, name) for c in page if (name := c.calendar) is not None}
+        found: dict[tuple[str, str], CalendarRecord | None] = {}
+        for owner, name in wanted:
+            found[(owner, name)] = await self.crons.get_calendar(shard, owner, name)
+        return found
 
     def _account(
         self, shard: int, planned: Sequence[tuple[DueCron, Plan]], result: MaterializeResult

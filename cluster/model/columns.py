@@ -137,6 +137,8 @@ CRON_GIVEN: tuple[Column, ...] = (
     Column("start_at", "start_at", "start_at", "timestamptz", nullable=True),
     Column("end_at", "end_at", "end_at", "timestamptz", nullable=True),
     Column("max_runs", "max_runs", "max_runs", "int", nullable=True),
+    Column("calendar", "calendar", "calendar", "varchar", nullable=True),
+    Column("calendar_policy", "calendar_policy", "calendar_policy", "varchar", nullable=True),
 )
 CRON_READ = tuple(c for c in CRON_GIVEN if c.field is not None)
 # What an update never changes: the row it matches.

@@ -67,13 +67,13 @@ _DEFINING = (
 # its fingerprint, so repeating its create is still a 200, not a 409.
 _OPTIONAL_DEFAULTS: dict[str, Any] = {
     "month_end_policy": "SKIP", "dst_policy": "CRONIE", "start_at": None, "end_at": None,
-    "max_runs": None,
+    "max_runs": None, "calendar": None, "calendar_policy": None,
 }  # fmt: skip
 # The fields that say when a cron fires: a change to any of them picks the
 # first slot again; a change to none keeps the slot the materializer is at.
 TIMING_FIELDS = (
     "schedule", "time_zone", "enabled", "month_end_policy", "dst_policy", "start_at", "end_at",
-    "max_runs",
+    "max_runs", "calendar", "calendar_policy",
 )  # fmt: skip
 
 
@@ -107,6 +107,10 @@ class CronDefinition(NamedTuple):
     start_at: datetime | None = None
     end_at: datetime | None = None
     max_runs: int | None = None
+    # A calendar of the owner's (by name) and what becomes of a slot on a day
+    # it does not work: SKIP, NEXT_BUSINESS_DAY, PREVIOUS_BUSINESS_DAY.
+    calendar: str | None = None
+    calendar_policy: str | None = None
 
     @property
     def record_type(self) -> str:
@@ -198,6 +202,8 @@ class CronRecord:
     # SKIPPED; a cancelled one is no result) and when it finished.
     last_result: str | None = None
     last_result_at: datetime | None = None
+    calendar: str | None = None  # migration 22
+    calendar_policy: str | None = None
 
     @property
     def id_text(self) -> str:
@@ -242,7 +248,9 @@ _read_values = itemgetter(*(c.name for c in CRON_READ))
 # the job store's records are made (cluster/store/postgres/rows.py).
 # tests/unit/test_cron_records.py holds both makers equal to __init__'s.
 _RECORD_DEFAULTS = {
-    f.name: f.default for f in dataclasses.fields(CronRecord) if f.default is not dataclasses.MISSING
+    f.name: f.default
+    for f in dataclasses.fields(CronRecord)
+    if f.default is not dataclasses.MISSING
 }
 
 
@@ -291,6 +299,9 @@ class MaterializeParams:
     missed: int = 0
     skipped: int = 0
     runs: int = 0  # what the cron's run_count grows by (its occurrences)
+    # The version of the cron's calendar it was planned by (0: no calendar);
+    # the write loses if a change re-planned the cron by a later one.
+    calendar_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -348,6 +359,11 @@ class DueCron(NamedTuple):
     end_at: datetime | None = None
     max_runs: int | None = None
     run_count: int = 0
+    # The calendar it follows (migration 22), which the materializer reads
+    # from the shard's copy by (owner, name).
+    owner: str = ""
+    calendar: str | None = None
+    calendar_policy: str | None = None
 
     @property
     def id_text(self) -> str:

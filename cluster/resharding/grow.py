@@ -3,7 +3,7 @@
 The new database is migrated, given its place in the layout, fenced on every
 slot (it serves nothing until the mover flips slots to it), appended to the
 shard list in ZooKeeper and to the slot map (the next epoch, one more shard,
-no slot). Every process watching the topology opens a pool to it; only a
+no slot), and given a copy of the cluster's calendars. Every process watching the topology opens a pool to it; only a
 rebalance gives it work. Each step is idempotent: running the command again
 after a crash finishes what the last run began.
 """
@@ -17,6 +17,7 @@ import psycopg
 
 from cluster.coordination.topology import ZkTopology
 from cluster.errors import Conflict, InvalidRequest
+from cluster.store.calendar_copy import copy_calendars
 from cluster.store.dsn import mask_dsn
 from cluster.store.layout import LayoutError, grow_layout
 from cluster.store.migrate import migrate_shard
@@ -51,7 +52,10 @@ def add_shard_blocking(topology: ZkTopology, dsn: str, timeout: float = 10.0) ->
     current = topology.read_map()
     if current.shard_count <= shard:
         topology.replace_map(current.epoch, current.with_shard())
-    log.info("added shard %s (%s)", shard, mask_dsn(dsn))
+    # Every shard holds every calendar (issue 45); copied once the processes
+    # can see the shard, so a later calendar write reaches it as well.
+    calendars = copy_calendars(dsns, dsn, timeout)
+    log.info("added shard %s (%s), %s calendar(s) copied", shard, mask_dsn(dsn), calendars)
     return shard
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "DOCUMENT_FIELDS",
     "NAME",
     "Bounds",
+    "CalendarPolicy",
     "Concurrency",
     "CreateCronIn",
     "Dst",
@@ -37,6 +38,7 @@ Misfire = Literal["RUN_ALL", "RUN_ONCE", "SKIP"]
 Concurrency = Literal["ALLOW", "FORBID", "REPLACE"]
 MonthEnd = Literal["SKIP", "CLAMP"]
 Dst = Literal["CRONIE", "SKIP", "BOTH"]
+CalendarPolicy = Literal["SKIP", "NEXT_BUSINESS_DAY", "PREVIOUS_BUSINESS_DAY"]
 NAME = r"^[A-Za-z0-9_.:-]+$"
 _ZONE_DOC = (
     "IANA zone the schedule is read in, e.g. 'Europe/Istanbul'. Required: a "
@@ -46,6 +48,15 @@ _ZONE_DOC = (
 _MONTH_END_DOC = (
     "Days 29-31 in a month without them: SKIP (cron's rule: no firing that "
     "month) or CLAMP (fire on the month's last day)."
+)
+_CALENDAR_DOC = (
+    "The name of a calendar of yours (/api/v1/calendars): its business days decide "
+    "what becomes of a slot on a day it does not work (calendarPolicy)."
+)
+_CALENDAR_POLICY_DOC = (
+    "A slot on a day the calendar does not work: SKIP it (the default with a "
+    "calendar), or move it to the NEXT_BUSINESS_DAY or PREVIOUS_BUSINESS_DAY at the "
+    "same local time. The occurrence keeps the slot as its scheduledFor."
 )
 _DST_DOC = (
     "Fixed-time slots at DST changes: CRONIE (a slot in a gap fires once at "
@@ -99,6 +110,14 @@ class CreateCronIn(Bounds):
         ge=1,
         description="At most this many occurrences by the schedule (manual triggers not counted).",
     )
+    calendar: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:\-]*$",
+        description=_CALENDAR_DOC,
+    )
+    calendarPolicy: CalendarPolicy | None = Field(None, description=_CALENDAR_POLICY_DOC)
 
 
 def instant(text: str | None) -> datetime | None:
@@ -114,7 +133,8 @@ DOCUMENT_FIELDS = {
     "max_attempts": "maxAttempts", "timeout_seconds": "timeoutSeconds",
     "starting_deadline_seconds": "startingDeadlineSeconds", "enabled": "enabled",
     "month_end_policy": "monthEndPolicy", "dst_policy": "dstPolicy", "start_at": "startAt",
-    "end_at": "endAt", "max_runs": "maxRuns",
+    "end_at": "endAt", "max_runs": "maxRuns", "calendar": "calendar",
+    "calendar_policy": "calendarPolicy",
 }  # fmt: skip
 
 

@@ -35,6 +35,7 @@ from cluster.model import (
     Occurrence,
     TriggerCronParams,
 )
+from cluster.services import calendars as calendar_service
 from cluster.services.batches import write_by_shard
 from cluster.services.context import Services
 from cluster.services.routing import on_owner, owner_and
@@ -117,8 +118,14 @@ async def define_cron(
     """Define a cron job: the saved record, its shard, and whether it was
     created (False: the name is defined already with this definition)."""
     cron, shard = new_cron(ctx, owner, definition, ctx.clock.now())
+    await calendar_service.require_calendar(ctx, owner, cron.calendar)
     ctx.limits.admit_crons(owner)
     (saved, created), shard = await owner_and(ctx, cron.id, lambda at: ctx.crons.create(at, cron))
+    if not await calendar_service.followed(ctx, owner, saved.calendar, shard):
+        # Its calendar was deleted between the check and the write.
+        if created:
+            await ctx.crons.delete(shard, DeleteCronParams(saved.id, owner))
+        raise calendar_service.no_calendar(saved.calendar)
     if created:
         ctx.limits.created_crons(owner, 1)
     return saved, shard, created
@@ -165,9 +172,11 @@ async def define_crons(
                 "different definition",
                 index=first[0],
             )
+    await calendar_service.require_calendars(ctx, owner, by_shard, outcomes)
     if valid := sum(len(items) for items in by_shard.values()):
         ctx.limits.admit_crons(owner, valid)
     outcomes.update(await write_by_shard(by_shard, ctx.crons.create_many))
+    await calendar_service.follow_written(ctx, owner, by_shard, outcomes)
     created = sum(1 for o in outcomes.values() if isinstance(o, tuple) and o[1])
     ctx.limits.created_crons(owner, created)
     return BatchOutcomes(outcomes, repeats)
@@ -191,16 +200,28 @@ async def change_cron(
     """Change a definition (``changes`` by :class:`CronDefinition` field);
     applies to occurrences not yet created. A change may end a cron."""
     cron, _ = await load_cron(ctx, owner, cron_job_id)
+    if (
+        changes.get("calendar", cron.calendar) is None
+        and cron.calendar_policy is not None
+        and "calendar_policy" not in changes
+    ):
+        changes = {**changes, "calendar_policy": None}  # no calendar, no policy
     definition = cron.definition._replace(**changes)
     start, end = definition.start_at, definition.end_at
     if start and end and start > end:
         raise InvalidRequest("startAt must not be after endAt", field="startAt")
     rebuilt = _build(ctx, definition, cron.id, owner, ctx.clock.now(), may_end=True)
+    await calendar_service.require_calendar(ctx, owner, rebuilt.calendar)
     if not any(k in changes for k in TIMING_FIELDS) and cron.next_fire_at is not None:
         # Same timing: keep the slot the materializer is at, so no slot is
         # skipped or repeated by an unrelated change.
         rebuilt = dataclasses.replace(rebuilt, next_fire_at=cron.next_fire_at)
-    return await owner_and(ctx, cron.id, lambda at: ctx.crons.update(at, rebuilt))
+    saved, shard = await owner_and(ctx, cron.id, lambda at: ctx.crons.update(at, rebuilt))
+    if not await calendar_service.followed(ctx, owner, saved.calendar, shard):
+        # Deleted between the check and the write: the change is taken back.
+        await ctx.crons.update(shard, dataclasses.replace(cron, updated_at=None))
+        raise calendar_service.no_calendar(saved.calendar)
+    return saved, shard
 
 
 async def delete_cron(ctx: Services, owner: str, cron_job_id: str) -> None:
@@ -229,6 +250,7 @@ class Preview:
     cron: CronRecord
     fires: list[Fire]
     end: str | None
+    calendar_version: int | None = None  # of the calendar the fires were computed with
 
 
 async def preview_cron(
@@ -236,7 +258,8 @@ async def preview_cron(
 ) -> Preview:
     """The next ``count`` fire instants strictly after ``start_text`` (RFC
     3339; None: now), within the cron's bounds, with DST notes."""
-    cron, _ = await load_cron(ctx, owner, cron_job_id)
+    cron, shard = await load_cron(ctx, owner, cron_job_id)
+    calendar = await calendar_service.calendar_of(ctx, owner, cron.calendar, shard)
     after = ctx.clock.now()
     if start_text is not None:
         try:
@@ -249,7 +272,8 @@ async def preview_cron(
     remaining = None if cron.max_runs is None else max(0, cron.max_runs - cron.run_count)
     limit = count if remaining is None else min(count, remaining)
     try:
-        fires = list(schedule_of(cron).fires(after, count=limit, until=cron.end_at))
+        schedule = schedule_of(cron, calendar=calendar)
+        fires = list(schedule.fires(after, count=limit, until=cron.end_at))
     except (OverflowError, ValueError) as exc:
         # Near the end of the calendar a slot falls past year 9999.
         raise InvalidRequest(
@@ -263,7 +287,7 @@ async def preview_cron(
             end = f"maxRuns {cron.max_runs} reached ({cron.run_count} run so far)"
         elif cron.end_at is not None:
             end = f"endAt {cron.end_at.isoformat()} reached"
-    return Preview(cron, fires, end)
+    return Preview(cron, fires, end, calendar.version if calendar is not None else None)
 
 
 async def cron_runs(ctx: Services, owner: str, cron_job_id: str, limit: int) -> list[CronRun]:

@@ -117,6 +117,7 @@ async def test_materializer_pages_by_the_keyset_index_and_locks_by_primary_key(
     write_args = {
         "ids": ids, "expected": [at] * 2000, "next": [at + timedelta(days=1)] * 2000,
         "last_fire": [at] * 2000, "missed": [0] * 2000, "skipped": [0] * 2000, "runs": [0] * 2000,
+        "cal_version": [0] * 2000,
         "occ_cron": ids, "occ_job": [uuid.uuid4() for _ in ids], "occ_scheduled": [at] * 2000,
         "occ_run_at": [at] * 2000, "occ_deadline": [None] * 2000, "now": at, "far_horizon": 3600.0,
     }  # fmt: skip

@@ -100,3 +100,25 @@ def test_lint_flags_each_problem_and_shows_fires(tmp_path: Path) -> None:
     assert any("unknown time zone" in e for e in zone.errors)
     assert any("no slot between now" in e for e in ended.errors)
     assert any(e.startswith("colour:") for e in unknown.errors)
+
+
+def test_lint_knows_the_day_forms_and_calendars_offline(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "owns: billing.\ncrons:\n"
+        "  - {name: billing.a, schedule: '0 9 LW * *', timeZone: Europe/Istanbul, target: {kind: NOOP}}\n"
+        "  - {name: billing.b, schedule: '0 9 * * MON#3', timeZone: UTC, target: {kind: NOOP},"
+        " calendar: tr, calendarPolicy: NEXT_BUSINESS_DAY}\n"
+        "  - {name: billing.c, schedule: '0 9 * * MON#6', timeZone: UTC, target: {kind: NOOP}}\n"
+        "  - {name: billing.d, schedule: '0 9 2BD * *', timeZone: UTC, target: {kind: NOOP},"
+        " calendarPolicy: SKIP}\n"
+        "  - {name: billing.e, schedule: '0 9 L-3 * *', timeZone: UTC, target: {kind: NOOP},"
+        " calendar: tr, calendarPolicy: SOMETIMES}\n"
+    )
+    lw, third, sixth, lone, policy = lint(load(path), NOW, count=2)
+    assert not lw.errors and [f.local.day for f in lw.fires] == [31, 30]  # Wed 31 Mar, Fri 30 Apr
+    assert not third.errors and third.spec is not None and third.spec.calendar == "tr"
+    assert [f.local.day for f in third.fires] == [15, 19]  # the third Mondays of Mar, Apr 2027
+    assert any("occurs 1 to 5 times" in e for e in sixth.errors)
+    assert any("calendarPolicy needs a calendar" in e for e in lone.errors)
+    assert any(e.startswith("calendarPolicy") for e in policy.errors)

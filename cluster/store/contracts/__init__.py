@@ -5,6 +5,7 @@
 - :mod:`.upkeep`: the leader loops' passes (reaper, mover, janitor).
 - :mod:`.insight`: the operator's reads (search, lateness, readiness).
 - :mod:`.cron_intake`: the API's cron definitions and actions.
+- :mod:`.calendars`: each shard's copy of the calendars crons follow.
 - :mod:`.cron_upkeep`: the materializer's and janitor's cron passes.
 - :mod:`.moves`: the slot mover's fence, barrier, copy and clean (issue 42).
 - :mod:`.readings`: the few shard readings more than one role takes.

@@ -20,14 +20,16 @@ from cluster.model import (
     ResumeCronParams,
     TriggerCronParams,
 )
+from cluster.store.contracts.calendars import CalendarIntake
 from cluster.store.contracts.readings import CronPending
 
 __all__ = ["CronIntake"]
 
 
-class CronIntake(CronPending, Protocol):
-    """Create, read and change one owner's cron jobs. A cron's occurrences
-    are jobs of the same shard: read them through the job contracts.
+class CronIntake(CronPending, CalendarIntake, Protocol):
+    """Create, read and change one owner's cron jobs (and the calendars they
+    follow). A cron's occurrences are jobs of the same shard: read them
+    through the job contracts.
     Implementations raise only :mod:`cluster.errors` exceptions."""
 
     async def create(self, shard: int, cron: CronRecord) -> tuple[CronRecord, bool]:

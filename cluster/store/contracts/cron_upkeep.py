@@ -17,6 +17,7 @@ from cluster.model import (
     PruneOccurrencesParams,
     WaitingCronsParams,
 )
+from cluster.store.contracts.calendars import CalendarReads
 from cluster.store.contracts.readings import CronPending
 
 __all__ = ["CRON_SOON_SECONDS", "CronUpkeep"]
@@ -26,9 +27,10 @@ __all__ = ["CRON_SOON_SECONDS", "CronUpkeep"]
 CRON_SOON_SECONDS = 60.0
 
 
-class CronUpkeep(CronPending, Protocol):
+class CronUpkeep(CronPending, CalendarReads, Protocol):
     """The leader's passes over cron definitions: two leaders at once must be
-    harmless (DESIGN.md, invariant 6)."""
+    harmless (DESIGN.md, invariant 6). A cron's calendar is read from the
+    shard's own copy."""
 
     async def database_now(self, shard: int) -> datetime:
         """The shard's clock (``now()``): the materializer compares its own with it."""

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from cluster.model import (
+    CalendarRecord,
     CreateJobParams,
     CronRecord,
     JobStatus,
@@ -40,6 +41,10 @@ class MemCrons:
     ledger: dict[tuple[uuid.UUID, datetime], MemSlot] = field(default_factory=dict)
     # cron_soon's listeners: a wake-up each, coalesced as NOTIFY's are.
     listeners: set[asyncio.Queue[None]] = field(default_factory=set)
+    # This shard's copy of each calendar, by (owner, name).
+    calendars: dict[tuple[str, str], CalendarRecord] = field(default_factory=dict)
+    # cron_jobs.calendar_held and calendar_version: (calendar, version) by cron.
+    held_versions: dict[uuid.UUID, tuple[str, int]] = field(default_factory=dict)
 
 
 # The outcomes a cron's last result shows: a cancelled occurrence is none.

@@ -28,12 +28,12 @@ from cluster.model import (
     RetryJobParams,
     TriggerCronParams,
 )
-from cluster.store.memory_cron.crons import MemCronShards
+from cluster.store.memory_cron.calendars import MemCalendars
 
 __all__ = ["MemCronIntake"]
 
 
-class MemCronIntake(MemCronShards):
+class MemCronIntake(MemCalendars):
     """:class:`~cluster.store.contracts.cron_intake.CronIntake` in memory."""
 
     async def create(self, shard: int, cron: CronRecord) -> tuple[CronRecord, bool]:

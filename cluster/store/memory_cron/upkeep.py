@@ -19,7 +19,8 @@ from cluster.model import (
     PruneOccurrencesParams,
     WaitingCronsParams,
 )
-from cluster.store.memory_cron.crons import MemCronShards
+from cluster.store.memory_cron.calendars import MemCalendars
+from cluster.store.memory_cron.crons import MemCrons
 
 __all__ = ["MemCronUpkeep"]
 
@@ -41,6 +42,9 @@ def _due_cron(c: CronRecord) -> DueCron:
         c.end_at,
         c.max_runs,
         c.run_count,
+        c.owner,
+        c.calendar,
+        c.calendar_policy,
     )
 
 
@@ -48,7 +52,7 @@ def _second(t: datetime) -> datetime:
     return t.replace(microsecond=0)
 
 
-class MemCronUpkeep(MemCronShards):
+class MemCronUpkeep(MemCalendars):
     """:class:`~cluster.store.contracts.cron_upkeep.CronUpkeep` in memory."""
 
     async def cron_soon(self, shard: int) -> AsyncGenerator[None, None]:
@@ -125,6 +129,7 @@ class MemCronUpkeep(MemCronShards):
                     or not cron.enabled
                     or cron.paused_at is not None
                     or cron.next_fire_at != item.expected_next
+                    or self._planned_by_older(c, cron, item.calendar_version)
                 ):
                     continue  # the compare-and-set lost: nothing of this cron is written
                 last_fire = cron.last_fire_at
@@ -157,6 +162,13 @@ class MemCronUpkeep(MemCronShards):
                     self._insert(shard, cron, occ, far)
                     created += 1
         return MaterializeResult(frozenset(advanced), created, tuple(refused))
+
+    @staticmethod
+    def _planned_by_older(c: MemCrons, cron: CronRecord, version: int) -> bool:
+        """Migration 22's test: a change re-planned the cron by a later
+        version of its calendar than the one this write was planned by."""
+        held = c.held_versions.get(cron.id)
+        return held is not None and held[0] == cron.calendar and held[1] > version
 
     async def prune_occurrences(self, shard: int, params: PruneOccurrencesParams) -> int:
         c = self._c(shard)

@@ -25,7 +25,7 @@ from cluster.model import (
     TriggerCronParams,
 )
 from cluster.store.pgshards import wrap_exceptions
-from cluster.store.postgres_cron.pools import PgCronPools
+from cluster.store.postgres_cron.calendars import PgCalendars
 from cluster.store.postgres_cron.rows import cron_columns, cron_row
 from cluster.store.sql import QUERIES
 
@@ -79,7 +79,7 @@ def _backfill_slot(
     return BackfillSlot(at, job_id, "exists", state)
 
 
-class PgCronIntake(PgCronPools):
+class PgCronIntake(PgCalendars):
     """:class:`~cluster.store.contracts.cron_intake.CronIntake` on PostgreSQL."""
 
     @wrap_exceptions

@@ -20,7 +20,7 @@ from cluster.model import (
     WaitingCronsParams,
 )
 from cluster.store.pgshards import wrap_exceptions
-from cluster.store.postgres_cron.pools import PgCronPools
+from cluster.store.postgres_cron.calendars import PgCalendars
 from cluster.store.sql import QUERIES
 
 __all__ = ["PgCronUpkeep"]
@@ -31,7 +31,7 @@ _FIRST_AT = datetime(1, 1, 1, tzinfo=UTC)
 _FIRST_ID = uuid.UUID(int=0)
 
 
-class PgCronUpkeep(PgCronPools):
+class PgCronUpkeep(PgCalendars):
     """:class:`~cluster.store.contracts.cron_upkeep.CronUpkeep` on PostgreSQL."""
 
     @wrap_exceptions
@@ -82,6 +82,7 @@ class PgCronUpkeep(PgCronPools):
             "missed": [p.missed for p in items],
             "skipped": [p.skipped for p in items],
             "runs": [p.runs for p in items],
+            "cal_version": [p.calendar_version for p in items],
             "occ_cron": [c for c, _ in occ],
             "occ_job": [o.job_id for _, o in occ],
             "occ_scheduled": [o.scheduled_for for _, o in occ],

@@ -3,7 +3,7 @@
 The statements are cut as the store is, one file per role contract and
 table (``jobs_intake.sql``, ``jobs_claims.sql``, ``jobs_upkeep.sql``,
 ``jobs_insight.sql``, ``crons_intake.sql``, ``crons_upkeep.sql``,
-``shards.sql``, ``moves.sql``), each of ``-- name: <name>`` blocks. :data:`QUERIES` maps
+``shards.sql``, ``moves.sql``, ``calendars.sql``), each of ``-- name: <name>`` blocks. :data:`QUERIES` maps
 every name of every file to its text, in one namespace, loaded once; a name
 defined twice, in one file or in two, is refused. A job's (and a cron's) column lists are
 written ``{job.given}``, ``{job.read:j}`` and the like: each is expanded

@@ -28,7 +28,7 @@ DELETE FROM cron_occurrences
 -- even inside an instant a million crons share.
 SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurrency,
        jitter_seconds, starting_deadline_seconds, next_fire_at, month_end_policy, dst_policy,
-       end_at, max_runs, run_count
+       end_at, max_runs, run_count, owner_service, calendar, calendar_policy
   FROM cron_jobs
  WHERE enabled AND paused_at IS NULL AND next_fire_at <= %(until)s
    AND (next_fire_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
@@ -50,7 +50,7 @@ SELECT greatest(date_trunc('second', next_fire_at), date_trunc('second', %(now)s
 -- name: waiting_fixed_delay_crons
 SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurrency,
        jitter_seconds, starting_deadline_seconds, next_fire_at, month_end_policy, dst_policy,
-       end_at, max_runs, run_count
+       end_at, max_runs, run_count, owner_service, calendar, calendar_policy
   FROM cron_jobs
  WHERE enabled AND paused_at IS NULL AND next_fire_at IS NULL AND schedule_kind = 'FIXED_DELAY'
    AND (max_runs IS NULL OR run_count < max_runs) AND (end_at IS NULL OR end_at > now())
@@ -94,8 +94,8 @@ SELECT v.id,
 WITH v AS (
     SELECT * FROM unnest(%(ids)b::uuid[], %(expected)b::timestamptz[], %(next)b::timestamptz[],
                          %(last_fire)b::timestamptz[], %(missed)b::int8[], %(skipped)b::int8[],
-                         %(runs)b::int8[])
-           AS v(id, expected, next, last_fire, missed, skipped, runs)
+                         %(runs)b::int8[], %(cal_version)b::int8[])
+           AS v(id, expected, next, last_fire, missed, skipped, runs, cal_version)
 ),
 locked AS (
     -- A lookup by primary key per cron (the locking subquery is never
@@ -104,6 +104,10 @@ locked AS (
         SELECT FROM cron_jobs c
          WHERE c.id = v.id AND c.next_fire_at IS NOT DISTINCT FROM v.expected AND c.enabled
                AND c.paused_at IS NULL
+               -- Planned by the calendar version a change re-planned by, or
+               -- a later one (migration 22); crons without one pass.
+               AND (c.calendar_version IS NULL OR c.calendar_held IS DISTINCT FROM c.calendar
+                    OR c.calendar_version <= v.cal_version)
            FOR UPDATE SKIP LOCKED
     ) l
      -- A fenced slot's cron is not materialized here: it loses this round,
