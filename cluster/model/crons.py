@@ -202,7 +202,7 @@ class CronRecord:
     # SKIPPED; a cancelled one is no result) and when it finished.
     last_result: str | None = None
     last_result_at: datetime | None = None
-    calendar: str | None = None  # migration 22
+    calendar: str | None = None  # migration 23
     calendar_policy: str | None = None
 
     @property
@@ -359,7 +359,7 @@ class DueCron(NamedTuple):
     end_at: datetime | None = None
     max_runs: int | None = None
     run_count: int = 0
-    # The calendar it follows (migration 22), which the materializer reads
+    # The calendar it follows (migration 23), which the materializer reads
     # from the shard's copy by (owner, name).
     owner: str = ""
     calendar: str | None = None

@@ -17,7 +17,7 @@ cron that follows the calendar, on each shard:
 A materializer may hold the old version for a moment (it read the shard's
 copy at the start of a page). Before reading a cron's occurrences the
 re-plan records the new version on the cron (``hold_calendar_version``,
-migration 22); the materializer's write carries the version it planned by
+migration 23); the materializer's write carries the version it planned by
 and loses its compare-and-set when that is older (the same row lock orders
 the two), so it writes nothing and plans again, by the new version, on its
 next pass.

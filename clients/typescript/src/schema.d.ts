@@ -475,6 +475,56 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/calendars": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Calendars
+         * @description The owner's calendars by name, a page at a time.
+         */
+        get: operations["listCalendars"];
+        put?: never;
+        /**
+         * Create Calendar
+         * @description Define a calendar (version 1). The same name with the same days returns
+         *     it (200); with other days it is a 409: PUT changes it.
+         */
+        post: operations["createCalendar"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/calendars/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Calendar */
+        get: operations["getCalendar"];
+        /**
+         * Replace Calendar
+         * @description Replace the calendar's days: a new version (the same days again change nothing).
+         */
+        put: operations["replaceCalendar"];
+        post?: never;
+        /**
+         * Delete Calendar
+         * @description Delete the calendar; refused (409) while cron jobs follow it.
+         */
+        delete: operations["deleteCalendar"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/shards": {
         parameters: {
             query?: never;
@@ -859,6 +909,98 @@ export interface components {
             /** Missingshards */
             missingShards: number[];
         };
+        /**
+         * CalendarIn
+         * @description A calendar's days: what a PUT replaces whole.
+         */
+        CalendarIn: {
+            /**
+             * Timezone
+             * @description IANA zone the dates are read in.
+             */
+            timeZone: string;
+            /**
+             * Excludedates
+             * @description Days not worked although the business week says so (holidays), ISO dates (YYYY-MM-DD).
+             */
+            excludeDates?: string[];
+            /**
+             * Includedates
+             * @description Days worked although the business week says not (a working Saturday), ISO dates.
+             */
+            includeDates?: string[];
+            /**
+             * Businessweek
+             * @description The days a week works; default MON-FRI.
+             */
+            businessWeek?: ("MON" | "TUE" | "WED" | "THU" | "FRI" | "SAT" | "SUN")[];
+            /** Description */
+            description?: string | null;
+        };
+        /** CalendarListOut */
+        CalendarListOut: {
+            /** Items */
+            items: components["schemas"]["CalendarOut"][];
+            /**
+             * Nextcursor
+             * @description Pass as `after` for the next page.
+             */
+            nextCursor?: string | null;
+        };
+        /** CalendarOut */
+        CalendarOut: {
+            /** Name */
+            name: string;
+            /** Timezone */
+            timeZone: string;
+            /** Excludedates */
+            excludeDates: string[];
+            /** Includedates */
+            includeDates: string[];
+            /** Businessweek */
+            businessWeek: ("MON" | "TUE" | "WED" | "THU" | "FRI" | "SAT" | "SUN")[];
+            /** Description */
+            description: string | null;
+            /**
+             * Version
+             * @description Each change is a new version.
+             */
+            version: number;
+            /** Createdat */
+            createdAt: string | null;
+            /** Updatedat */
+            updatedAt: string | null;
+        };
+        /** CreateCalendarIn */
+        CreateCalendarIn: {
+            /**
+             * Timezone
+             * @description IANA zone the dates are read in.
+             */
+            timeZone: string;
+            /**
+             * Excludedates
+             * @description Days not worked although the business week says so (holidays), ISO dates (YYYY-MM-DD).
+             */
+            excludeDates?: string[];
+            /**
+             * Includedates
+             * @description Days worked although the business week says not (a working Saturday), ISO dates.
+             */
+            includeDates?: string[];
+            /**
+             * Businessweek
+             * @description The days a week works; default MON-FRI.
+             */
+            businessWeek?: ("MON" | "TUE" | "WED" | "THU" | "FRI" | "SAT" | "SUN")[];
+            /** Description */
+            description?: string | null;
+            /**
+             * Name
+             * @description Unique per owner; crons name it in `calendar`.
+             */
+            name: string;
+        };
         /** CreateCronIn */
         CreateCronIn: {
             /** Name */
@@ -942,6 +1084,16 @@ export interface components {
              * @description At most this many occurrences by the schedule (manual triggers not counted).
              */
             maxRuns?: number | null;
+            /**
+             * Calendar
+             * @description The name of a calendar of yours (/api/v1/calendars): its business days decide what becomes of a slot on a day it does not work (calendarPolicy).
+             */
+            calendar?: string | null;
+            /**
+             * Calendarpolicy
+             * @description A slot on a day the calendar does not work: SKIP it (the default with a calendar), or move it to the NEXT_BUSINESS_DAY or PREVIOUS_BUSINESS_DAY at the same local time. The occurrence keeps the slot as its scheduledFor.
+             */
+            calendarPolicy?: ("SKIP" | "NEXT_BUSINESS_DAY" | "PREVIOUS_BUSINESS_DAY") | null;
         };
         /** CreateJobIn */
         CreateJobIn: {
@@ -1069,6 +1221,16 @@ export interface components {
              * @description When that occurrence finished.
              */
             lastResultAt?: string | null;
+            /**
+             * Calendar
+             * @description The calendar it follows, if any.
+             */
+            calendar?: string | null;
+            /**
+             * Calendarpolicy
+             * @description SKIP or NEXT_BUSINESS_DAY: a slot on a day the calendar does not work.
+             */
+            calendarPolicy?: string | null;
         };
         /** FireOut */
         FireOut: {
@@ -1078,6 +1240,11 @@ export interface components {
             local: string;
             /** Note */
             note: string | null;
+            /**
+             * Runat
+             * @description When a calendar moved the run (calendarPolicy NEXT_BUSINESS_DAY); scheduledFor stays the occurrence's identity.
+             */
+            runAt?: string | null;
         };
         /** HttpTargetIn */
         HttpTargetIn: {
@@ -1268,6 +1435,13 @@ export interface components {
             /** Dstpolicy */
             dstPolicy?: ("CRONIE" | "SKIP" | "BOTH") | null;
             /**
+             * Calendar
+             * @description null stops following a calendar.
+             */
+            calendar?: string | null;
+            /** Calendarpolicy */
+            calendarPolicy?: ("SKIP" | "NEXT_BUSINESS_DAY" | "PREVIOUS_BUSINESS_DAY") | null;
+            /**
              * Startat
              * @description null removes the bound.
              */
@@ -1318,6 +1492,13 @@ export interface components {
              * @default CRONIE
              */
             dstPolicy?: string;
+            /** Calendar */
+            calendar?: string | null;
+            /**
+             * Calendarversion
+             * @description The version of the calendar the preview was computed with.
+             */
+            calendarVersion?: number | null;
         };
         /**
          * ProblemOut
@@ -4558,6 +4739,633 @@ export interface operations {
                 };
             };
             /** @description A filter, a time or a body field is invalid (the detail names it). The request can never be accepted as it is; nothing was changed. Problem types: `/problems/invalid-request`, `/problems/idempotency-key-reused`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/invalid-request" | "/problems/idempotency-key-reused";
+                    };
+                };
+            };
+            /** @description Too many requests for this owner or this API process; see Retry-After. Problem types: `/problems/too-many-requests`. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/too-many-requests";
+                    };
+                };
+            };
+            /** @description An unexpected error; it has been logged, without the request's data. Problem types: `/problems/internal-error`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/internal-error";
+                    };
+                };
+            };
+            /** @description A shard or ZooKeeper cannot be reached; nothing was written; see Retry-After. Problem types: `/problems/shard-unavailable`, `/problems/coordination-unavailable`. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/shard-unavailable" | "/problems/coordination-unavailable";
+                    };
+                };
+            };
+        };
+    };
+    listCalendars: {
+        parameters: {
+            query?: {
+                limit?: number;
+                /** @description The nextCursor of the previous page. */
+                after?: string;
+                /** @description Operator tokens only: act for this owner service (a tenant token may name only its own). */
+                owner?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CalendarListOut"];
+                };
+            };
+            /** @description No token, or a token nobody issued. Problem types: `/problems/unauthorized`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/unauthorized";
+                    };
+                };
+            };
+            /** @description The token may not do this (a tenant acting for another owner, an operator-only view). Problem types: `/problems/forbidden`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/forbidden";
+                    };
+                };
+            };
+            /** @description The request can never be accepted as it is; nothing was changed. Problem types: `/problems/invalid-request`, `/problems/idempotency-key-reused`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/invalid-request" | "/problems/idempotency-key-reused";
+                    };
+                };
+            };
+            /** @description Too many requests for this owner or this API process; see Retry-After. Problem types: `/problems/too-many-requests`. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/too-many-requests";
+                    };
+                };
+            };
+            /** @description An unexpected error; it has been logged, without the request's data. Problem types: `/problems/internal-error`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/internal-error";
+                    };
+                };
+            };
+            /** @description A shard or ZooKeeper cannot be reached; nothing was written; see Retry-After. Problem types: `/problems/shard-unavailable`, `/problems/coordination-unavailable`. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/shard-unavailable" | "/problems/coordination-unavailable";
+                    };
+                };
+            };
+        };
+    };
+    createCalendar: {
+        parameters: {
+            query?: {
+                /** @description Operator tokens only: act for this owner service (a tenant token may name only its own). */
+                owner?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateCalendarIn"];
+            };
+        };
+        responses: {
+            /** @description The name exists already, with these days. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CalendarOut"];
+                };
+            };
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CalendarOut"];
+                };
+            };
+            /** @description The body is not JSON, or not strict JSON (NaN, Infinity, a NUL byte, not UTF-8). Problem types: `/problems/malformed-json`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/malformed-json";
+                    };
+                };
+            };
+            /** @description No token, or a token nobody issued. Problem types: `/problems/unauthorized`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/unauthorized";
+                    };
+                };
+            };
+            /** @description The token may not do this (a tenant acting for another owner, an operator-only view). Problem types: `/problems/forbidden`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/forbidden";
+                    };
+                };
+            };
+            /** @description The resource's state, or a request still in flight, forbids this one. Problem types: `/problems/conflict`, `/problems/idempotency-key-in-flight`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/conflict" | "/problems/idempotency-key-in-flight";
+                    };
+                };
+            };
+            /** @description The request body or the payload is over the configured limit. Problem types: `/problems/payload-too-large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/payload-too-large";
+                    };
+                };
+            };
+            /** @description The request can never be accepted as it is; nothing was changed. Problem types: `/problems/invalid-request`, `/problems/idempotency-key-reused`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/invalid-request" | "/problems/idempotency-key-reused";
+                    };
+                };
+            };
+            /** @description Too many requests for this owner or this API process; see Retry-After. Problem types: `/problems/too-many-requests`. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/too-many-requests";
+                    };
+                };
+            };
+            /** @description An unexpected error; it has been logged, without the request's data. Problem types: `/problems/internal-error`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/internal-error";
+                    };
+                };
+            };
+            /** @description A shard or ZooKeeper cannot be reached; nothing was written; see Retry-After. Problem types: `/problems/shard-unavailable`, `/problems/coordination-unavailable`. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/shard-unavailable" | "/problems/coordination-unavailable";
+                    };
+                };
+            };
+        };
+    };
+    getCalendar: {
+        parameters: {
+            query?: {
+                /** @description Operator tokens only: act for this owner service (a tenant token may name only its own). */
+                owner?: string | null;
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CalendarOut"];
+                };
+            };
+            /** @description No token, or a token nobody issued. Problem types: `/problems/unauthorized`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/unauthorized";
+                    };
+                };
+            };
+            /** @description The token may not do this (a tenant acting for another owner, an operator-only view). Problem types: `/problems/forbidden`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/forbidden";
+                    };
+                };
+            };
+            /** @description No such resource for this owner (another owner's resources included). Problem types: `/problems/not-found`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/not-found";
+                    };
+                };
+            };
+            /** @description The request can never be accepted as it is; nothing was changed. Problem types: `/problems/invalid-request`, `/problems/idempotency-key-reused`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/invalid-request" | "/problems/idempotency-key-reused";
+                    };
+                };
+            };
+            /** @description Too many requests for this owner or this API process; see Retry-After. Problem types: `/problems/too-many-requests`. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/too-many-requests";
+                    };
+                };
+            };
+            /** @description An unexpected error; it has been logged, without the request's data. Problem types: `/problems/internal-error`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/internal-error";
+                    };
+                };
+            };
+            /** @description A shard or ZooKeeper cannot be reached; nothing was written; see Retry-After. Problem types: `/problems/shard-unavailable`, `/problems/coordination-unavailable`. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/shard-unavailable" | "/problems/coordination-unavailable";
+                    };
+                };
+            };
+        };
+    };
+    replaceCalendar: {
+        parameters: {
+            query?: {
+                /** @description Operator tokens only: act for this owner service (a tenant token may name only its own). */
+                owner?: string | null;
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CalendarIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CalendarOut"];
+                };
+            };
+            /** @description The body is not JSON, or not strict JSON (NaN, Infinity, a NUL byte, not UTF-8). Problem types: `/problems/malformed-json`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/malformed-json";
+                    };
+                };
+            };
+            /** @description No token, or a token nobody issued. Problem types: `/problems/unauthorized`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/unauthorized";
+                    };
+                };
+            };
+            /** @description The token may not do this (a tenant acting for another owner, an operator-only view). Problem types: `/problems/forbidden`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/forbidden";
+                    };
+                };
+            };
+            /** @description No such resource for this owner (another owner's resources included). Problem types: `/problems/not-found`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/not-found";
+                    };
+                };
+            };
+            /** @description The request body or the payload is over the configured limit. Problem types: `/problems/payload-too-large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/payload-too-large";
+                    };
+                };
+            };
+            /** @description The request can never be accepted as it is; nothing was changed. Problem types: `/problems/invalid-request`, `/problems/idempotency-key-reused`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/invalid-request" | "/problems/idempotency-key-reused";
+                    };
+                };
+            };
+            /** @description Too many requests for this owner or this API process; see Retry-After. Problem types: `/problems/too-many-requests`. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/too-many-requests";
+                    };
+                };
+            };
+            /** @description An unexpected error; it has been logged, without the request's data. Problem types: `/problems/internal-error`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/internal-error";
+                    };
+                };
+            };
+            /** @description A shard or ZooKeeper cannot be reached; nothing was written; see Retry-After. Problem types: `/problems/shard-unavailable`, `/problems/coordination-unavailable`. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/shard-unavailable" | "/problems/coordination-unavailable";
+                    };
+                };
+            };
+        };
+    };
+    deleteCalendar: {
+        parameters: {
+            query?: {
+                /** @description Operator tokens only: act for this owner service (a tenant token may name only its own). */
+                owner?: string | null;
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No token, or a token nobody issued. Problem types: `/problems/unauthorized`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/unauthorized";
+                    };
+                };
+            };
+            /** @description The token may not do this (a tenant acting for another owner, an operator-only view). Problem types: `/problems/forbidden`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/forbidden";
+                    };
+                };
+            };
+            /** @description No such resource for this owner (another owner's resources included). Problem types: `/problems/not-found`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/not-found";
+                    };
+                };
+            };
+            /** @description The resource's state, or a request still in flight, forbids this one. Problem types: `/problems/conflict`, `/problems/idempotency-key-in-flight`. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/conflict" | "/problems/idempotency-key-in-flight";
+                    };
+                };
+            };
+            /** @description The request can never be accepted as it is; nothing was changed. Problem types: `/problems/invalid-request`, `/problems/idempotency-key-reused`. */
             422: {
                 headers: {
                     [name: string]: unknown;

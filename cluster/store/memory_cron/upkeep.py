@@ -165,7 +165,7 @@ class MemCronUpkeep(MemCalendars):
 
     @staticmethod
     def _planned_by_older(c: MemCrons, cron: CronRecord, version: int) -> bool:
-        """Migration 22's test: a change re-planned the cron by a later
+        """Migration 23's test: a change re-planned the cron by a later
         version of its calendar than the one this write was planned by."""
         held = c.held_versions.get(cron.id)
         return held is not None and held[0] == cron.calendar and held[1] > version

@@ -1,4 +1,4 @@
-"""Each shard's copy of the calendars, on PostgreSQL (migration 22)."""
+"""Each shard's copy of the calendars, on PostgreSQL (migration 23)."""
 
 from __future__ import annotations
 

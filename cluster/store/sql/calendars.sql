@@ -1,4 +1,4 @@
--- Calendars (migration 22): one copy per shard, each version replacing a
+-- Calendars (migration 23): one copy per shard, each version replacing a
 -- lesser one only (cluster/services/calendars.py).
 
 -- name: put_calendar

@@ -105,7 +105,7 @@ locked AS (
          WHERE c.id = v.id AND c.next_fire_at IS NOT DISTINCT FROM v.expected AND c.enabled
                AND c.paused_at IS NULL
                -- Planned by the calendar version a change re-planned by, or
-               -- a later one (migration 22); crons without one pass.
+               -- a later one (migration 23); crons without one pass.
                AND (c.calendar_version IS NULL OR c.calendar_held IS DISTINCT FROM c.calendar
                     OR c.calendar_version <= v.cal_version)
            FOR UPDATE SKIP LOCKED

@@ -1,4 +1,4 @@
--- Version 22: calendars (issue 45), the business days crons may follow.
+-- Version 23: calendars (issue 45), the business days crons may follow.
 --
 -- Every shard keeps a copy of every calendar (cluster/services/calendars.py
 -- says why): the materializer of a shard reads its crons' calendars from its
