@@ -53,6 +53,18 @@ def _days_options(f: Any) -> Any:
                 help="An iCalendar file: its all-day events are excluded.",
             ),
             click.option(
+                "--holidays",
+                "holidays_of",
+                metavar="COUNTRY[-SUBDIVISION]",
+                help="Exclude a country's public holidays (ISO 3166 code, e.g. TR, US-CA), "
+                "from the holidays package, for --years.",
+            ),
+            click.option(
+                "--years",
+                metavar="YEAR[,YEAR...]",
+                help="The years --holidays covers (default: this year and the next).",
+            ),
+            click.option(
                 "--week",
                 default="MON,TUE,WED,THU,FRI",
                 show_default=True,
@@ -66,9 +78,13 @@ def _days_options(f: Any) -> Any:
 
 
 def _body(time_zone: str, exclude: tuple[str, ...], include: tuple[str, ...],
-          exclude_file: str | None, exclude_ics: str | None, week: str,
-          description: str | None) -> dict[str, Any]:  # fmt: skip
+          exclude_file: str | None, exclude_ics: str | None, holidays_of: str | None,
+          years: str | None, week: str, description: str | None) -> dict[str, Any]:  # fmt: skip
     excluded = _split(exclude)
+    if years and not holidays_of:
+        raise click.UsageError("--years goes with --holidays")
+    if holidays_of:
+        excluded += [d.isoformat() for d in public_holidays(holidays_of, _years(years))]
     if exclude_file:
         lines = Path(exclude_file).read_text().splitlines()
         excluded += [ln.split("#")[0].strip() for ln in lines if ln.split("#")[0].strip()]
@@ -90,6 +106,43 @@ def _body(time_zone: str, exclude: tuple[str, ...], include: tuple[str, ...],
 
 def _split(values: tuple[str, ...]) -> list[str]:
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+def _years(text: str | None) -> list[int]:
+    if not text:
+        this = date.today().year
+        return [this, this + 1]
+    try:
+        years = sorted({int(y) for y in _split((text,))})
+    except ValueError:
+        raise click.UsageError(f"--years takes years such as 2027,2028, not {text!r}") from None
+    if not years or years[0] < 1900 or years[-1] > 2200 or len(years) > 50:
+        raise click.UsageError("--years: up to 50 years between 1900 and 2200")
+    return years
+
+
+def public_holidays(country: str, years: list[int]) -> list[date]:
+    """The public holidays of ``country`` (``TR``, or ``US-CA`` for a
+    subdivision) in ``years``, as the ``holidays`` package knows them: its
+    PUBLIC category only (a half day or an optional holiday is a working day
+    unless listed with --exclude)."""
+    try:
+        import holidays
+    except ImportError:  # the `calendars` extra is not installed
+        raise click.UsageError(
+            "--holidays needs the holidays package: pip install 'vakit[calendars]'"
+        ) from None
+    code, _, subdivision = country.strip().upper().partition("-")
+    known = holidays.list_supported_countries()
+    if code not in known:
+        raise click.UsageError(f"--holidays: no holidays known for country {code!r}")
+    if subdivision and subdivision not in known[code]:
+        shown = ", ".join(known[code][:40]) or "none"
+        raise click.UsageError(
+            f"--holidays {country}: {code} has no subdivision {subdivision!r} (known: {shown})"
+        )
+    found = holidays.country_holidays(code, subdiv=subdivision or None, years=years)
+    return sorted(found.keys())
 
 
 def ics_all_day_dates(text: str) -> list[date]:

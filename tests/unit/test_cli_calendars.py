@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from cluster.api.app import create_app
 from cluster.cli import main
-from cluster.cli_client.calendars import ics_all_day_dates
+from cluster.cli_client.calendars import ics_all_day_dates, public_holidays
 from cluster.cli_client.http import ApiClient, ApiError
 from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
@@ -135,3 +135,37 @@ def test_ics_import_reads_all_day_events_and_refuses_what_it_cannot_read() -> No
         ics_all_day_dates(
             "BEGIN:VEVENT\nDTSTART;VALUE=DATE:20270101\nRRULE:FREQ=YEARLY\nEND:VEVENT\n"
         )
+
+
+def test_a_countrys_public_holidays_come_from_the_holidays_package(api: None) -> None:
+    made = run("calendars", "create", "tr", "--time-zone", "Europe/Istanbul",
+               "--holidays", "TR", "--years", "2027", "--include", "2027-01-09")  # fmt: skip
+    assert made.exit_code == 0, made.output
+    body = json.loads(made.output)
+    # Turkey's public holidays of 2027: fixed days and the two feasts, which
+    # move with the lunar calendar (the package computes them).
+    assert body["excludeDates"] == [
+        "2027-01-01", "2027-03-09", "2027-03-10", "2027-03-11", "2027-04-23",
+        "2027-05-01", "2027-05-16", "2027-05-17", "2027-05-18", "2027-05-19",
+        "2027-07-15", "2027-08-30", "2027-10-29",
+    ]  # fmt: skip
+    # A subdivision's own days: Cesar Chavez Day is California's, not federal.
+    federal = public_holidays("US", [2027])
+    california = public_holidays("us-ca", [2027])
+    assert date(2027, 3, 31) in california and date(2027, 3, 31) not in federal
+    assert date(2027, 7, 5) in federal  # Independence Day observed (the 4th is a Sunday)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--holidays", "XX"], "no holidays known for country 'XX'"),
+        (["--holidays", "US-ZZ"], "--holidays US-ZZ"),
+        (["--holidays", "TR", "--years", "twenty"], "--years takes years"),
+        (["--holidays", "TR", "--years", "1066"], "between 1900 and 2200"),
+        (["--years", "2027"], "--years goes with --holidays"),
+    ],
+)
+def test_holidays_options_refuse_what_they_cannot_read(args: list[str], words: str) -> None:
+    out = run("calendars", "create", "x", "--time-zone", "Europe/Istanbul", *args)
+    assert out.exit_code != 0 and words in out.output, out.output
