@@ -117,7 +117,9 @@ class CronOut(BaseModel):
     lastResultAt: UtcDatetime | None = Field(None, description="When that occurrence finished.")
     calendar: str | None = Field(None, description="The calendar it follows, if any.")
     calendarPolicy: str | None = Field(
-        None, description="SKIP or NEXT_BUSINESS_DAY: a slot on a day the calendar does not work."
+        None,
+        description="SKIP, NEXT_BUSINESS_DAY or PREVIOUS_BUSINESS_DAY: a slot on a day the "
+        "calendar does not work.",
     )
 
 
@@ -132,7 +134,8 @@ class FireOut(BaseModel):
     note: str | None
     runAt: UtcDatetime | None = Field(
         None,
-        description="When a calendar moved the run (calendarPolicy NEXT_BUSINESS_DAY); "
+        description="When a calendar moved the run (calendarPolicy NEXT_BUSINESS_DAY or "
+        "PREVIOUS_BUSINESS_DAY); "
         "scheduledFor stays the occurrence's identity.",
     )
 

@@ -23,6 +23,7 @@ __all__ = [
     "CALENDAR_POLICIES",
     "MAX_DATES",
     "MAX_MOVE_DAYS",
+    "SETTLE_AHEAD",
     "calendar_body",
     "check_calendar_name",
     "next_business_day",
@@ -34,6 +35,10 @@ CALENDAR_POLICIES = ("SKIP", "NEXT_BUSINESS_DAY", "PREVIOUS_BUSINESS_DAY")
 MAX_DATES = 2000
 # A slot moves at most this far; beyond it the slot is skipped (and noted).
 MAX_MOVE_DAYS = 31
+# How far ahead of its next slot a cron that moves slots back
+# (PREVIOUS_BUSINESS_DAY) is due until planning has settled it: a move's
+# longest reach, and a day for the cron's zone against the calendar's.
+SETTLE_AHEAD = timedelta(days=MAX_MOVE_DAYS + 1)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}")
 _FIRST_YEAR, _LAST_YEAR = 1900, 2200
 

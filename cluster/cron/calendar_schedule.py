@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import zoneinfo
 from collections.abc import Iterator
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import ClassVar, Literal
 
 from cluster.cron.calendar_rules import MAX_MOVE_DAYS, next_business_day, previous_business_day
@@ -70,6 +70,29 @@ class CalendarSchedule(Schedule):
             return None
         decided, _ = self._decide(fire)
         return decided
+
+    def settled(self, fire: Fire) -> bool:
+        """PREVIOUS_BUSINESS_DAY moves a slot back, up to
+        :data:`~cluster.cron.calendar_rules.MAX_MOVE_DAYS` days: planning
+        that stopped before any slot could meet a later one whose run is
+        already past. It stops before a slot that runs where it stands on a
+        business day D, and that no later slot runs before. Only the slots up
+        to the next business day B can: a slot after B runs on B or later
+        (B is a business day between), so the check reads the slots up to
+        the end of B, a day more for the cron's zone against the calendar's."""
+        if self.policy != "PREVIOUS_BUSINESS_DAY":
+            return True
+        if fire.moved_to is not None:
+            return False
+        day = fire.scheduled_for.astimezone(self._calendar_zone).date()
+        business = next_business_day(self.calendar, day)
+        if business is None:
+            return False
+        edge = datetime.combine(business + timedelta(days=2), time(), self._calendar_zone)
+        for later in self.fires(fire.scheduled_for, until=edge):
+            if later.run_at < fire.scheduled_for:
+                return False
+        return True
 
     def _fires_after(self, after: datetime) -> Iterator[Fire]:
         skipped: list[str] = []

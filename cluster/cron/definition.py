@@ -179,14 +179,4 @@ def check_calendar_terms(definition: CronDefinition) -> CronDefinition:
         raise InvalidRequest(
             f"calendarPolicy must be one of {', '.join(CALENDAR_POLICIES)}", field="calendarPolicy"
         )
-    if policy == "PREVIOUS_BUSINESS_DAY":
-        # A slot moved back runs before it is due: the materializer, which
-        # makes a slot's occurrence a lookahead before the slot, would make
-        # it too late. Refused until planning can run ahead of the slot.
-        raise InvalidRequest(
-            "calendarPolicy PREVIOUS_BUSINESS_DAY is not available yet (the materializer "
-            "plans a slot shortly before it, too late for a run moved days earlier); use "
-            "SKIP or NEXT_BUSINESS_DAY",
-            field="calendarPolicy",
-        )
     return definition

@@ -63,6 +63,12 @@ class Schedule(ABC):
         self.time_zone = time_zone
         self._zone = zone
 
+    def settled(self, fire: Fire) -> bool:
+        """Whether no later slot runs before ``fire``'s slot, so planning may
+        stop there: always, unless a calendar moves slots back
+        (:class:`~cluster.cron.calendar_schedule.CalendarSchedule`)."""
+        return True
+
     def next_fire(self, after: datetime) -> Fire | None:
         """The first firing strictly after ``after`` (aware, any zone).
 

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 import shardmap
+from cluster.cron.calendar_rules import SETTLE_AHEAD
 from cluster.cron.calendar_schedule import CalendarPolicy, CalendarSchedule
 from cluster.cron.definition import parse_terms
 from cluster.cron.firing import Fire, Schedule
@@ -106,6 +107,10 @@ class Slots(Protocol):
         """The firing of a stored slot; None when it no longer fires."""
         ...
 
+    def settled(self, fire: Fire) -> bool:
+        """Whether planning may stop before ``fire`` (no later slot runs before it)."""
+        ...
+
 
 def schedule_of(
     cron: CronTiming,
@@ -170,6 +175,9 @@ class _Memo:
     def at(self, slot: datetime) -> Fire | None:
         return self.schedule.at(slot)
 
+    def settled(self, fire: Fire) -> bool:
+        return self.schedule.settled(fire)
+
     def next_fire(self, after: datetime) -> Fire | None:
         try:
             return self._next[after]
@@ -227,6 +235,9 @@ class Plan:
     missed_misfire: int = 0
     missed_deadline: int = 0
     skipped: int = 0
+    settled: bool = True
+    """Whether ``next_fire_at`` is a settled slot (:meth:`Slots.settled`):
+    False leaves the cron due weeks ahead, to be planned again."""
 
     @property
     def missed(self) -> int:
@@ -240,6 +251,30 @@ class Plan:
     @property
     def last_fire(self) -> datetime | None:
         return max((o.scheduled_for for o in self.occurrences), default=None)
+
+
+def _unsettled(
+    schedule: Slots,
+    fire: Fire | None,
+    cursor: datetime,
+    horizon: datetime,
+    end: datetime | None,
+    planned: int,
+) -> bool:
+    """Whether planning goes on past the horizon to ``cursor``: a calendar
+    may run a later slot before it (:meth:`Slots.settled`), within the
+    cron's bounds and the scan's. Not beyond a move's reach past the
+    horizon: a slot there runs after it, and a schedule whose every slot
+    moves (Saturdays on a weekday calendar) never settles; it stays due
+    :data:`~cluster.cron.calendar_rules.SETTLE_AHEAD` early instead."""
+    return (
+        schedule.moves
+        and fire is not None
+        and (end is None or cursor <= end)
+        and cursor <= horizon + SETTLE_AHEAD
+        and planned < _MAX_SLOTS_SCANNED
+        and not schedule.settled(fire)
+    )
 
 
 def _occurrence(cron: CronTiming, slot: datetime, runs: datetime | None = None) -> Occurrence:
@@ -270,13 +305,41 @@ def plan(
     ``pending``: occurrences of this cron still SCHEDULED or RUNNING.
     A slot older than ``now - misfire_threshold`` was missed (downtime, a
     stalled leader): the misfire policy decides whether it still runs.
+    A schedule that moves slots back (PREVIOUS_BUSINESS_DAY) is planned past
+    the horizon up to a settled slot, which no later slot runs before.
     """
+    out = _plan(
+        cron,
+        schedule,
+        now,
+        pending=pending,
+        lookahead=lookahead,
+        misfire_threshold=misfire_threshold,
+        catchup_cap=catchup_cap,
+    )
+    if schedule.moves and out.next_fire_at is not None:
+        fire = schedule.at(out.next_fire_at)
+        out.settled = fire is not None and schedule.settled(fire)
+    return out
+
+
+def _plan(
+    cron: CronTiming,
+    schedule: Slots,
+    now: datetime,
+    *,
+    pending: int,
+    lookahead: timedelta,
+    misfire_threshold: timedelta,
+    catchup_cap: int,
+) -> Plan:
     out = Plan(next_fire_at=cron.next_fire_at)
     first = cron.next_fire_at
     if first is None:
         return out
     # Slots a calendar moved: where each runs (a slot absent runs at itself).
     moved: dict[datetime, datetime] = {}
+    fire: Fire | None = None  # the cursor's firing, where a calendar may move it
     if schedule.moves:
         # The stored slot was planned with the calendar as it was then: ask
         # again, since a day may have been excluded or included since.
@@ -302,21 +365,22 @@ def plan(
     slots: list[datetime] = []
     after: datetime | None = None
     cursor: datetime | None = first
-    while cursor is not None and cursor <= horizon:
+    while cursor is not None and (
+        cursor <= horizon or _unsettled(schedule, fire, cursor, horizon, end, len(slots))
+    ):
         slots.append(cursor)
         after = cursor
         if len(slots) >= _MAX_SLOTS_SCANNED and cursor < late_edge:
             # Jump over the rest of a very long outage; counted as missed.
-            jumped = schedule.next_fire(late_edge)
+            fire = schedule.next_fire(late_edge)
             out.missed_misfire += (
                 1  # at least one more; the exact count is not worth a year of math
             )
-            cursor = jumped.scheduled_for if jumped else None
-            continue
-        nxt = schedule.next_fire(cursor)
-        cursor = nxt.scheduled_for if nxt else None
-        if nxt is not None and nxt.moved_to is not None:
-            moved[nxt.scheduled_for] = nxt.moved_to
+        else:
+            fire = schedule.next_fire(cursor)
+        cursor = fire.scheduled_for if fire else None
+        if fire is not None and fire.moved_to is not None:
+            moved[fire.scheduled_for] = fire.moved_to
     if not slots:
         return out
 

@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 
 from cluster import metrics
 from cluster.clock import Clock, SystemClock
+from cluster.cron.calendar_rules import SETTLE_AHEAD
 from cluster.cron.plan import Plan, ScheduleCache, exhausted, plan
 from cluster.errors import VakitError
 from cluster.model import (
@@ -226,7 +227,13 @@ class Materializer:
         while True:
             started = time.perf_counter()
             page = await self.crons.due(
-                shard, DueCronsParams(until=horizon, after=after, limit=self.page_size)
+                shard,
+                DueCronsParams(
+                    until=horizon,
+                    after=after,
+                    limit=self.page_size,
+                    unsettled_until=horizon + SETTLE_AHEAD,
+                ),
             )
             if not page or page[-1].next_fire_at is None:  # due crons have a next fire
                 return created
@@ -291,6 +298,7 @@ class Materializer:
                 continue
             if (
                 p.next_fire_at == cron.next_fire_at
+                and p.settled == cron.settled
                 and not p.occurrences
                 and not p.missed
                 and not p.skipped
@@ -313,6 +321,7 @@ class Materializer:
                         skipped=p.skipped,
                         runs=p.runs,
                         calendar_version=versions.get(cron.id, 0),
+                        settled=p.settled,
                     )
                     for cron, p in planned
                 ),

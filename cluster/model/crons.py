@@ -302,6 +302,8 @@ class MaterializeParams:
     # The version of the cron's calendar it was planned by (0: no calendar);
     # the write loses if a change re-planned the cron by a later one.
     calendar_version: int = 0
+    # Whether ``next_fire_at`` is a settled slot (:attr:`DueCron.settled`).
+    settled: bool = True
 
 
 @dataclass(frozen=True)
@@ -364,6 +366,9 @@ class DueCron(NamedTuple):
     owner: str = ""
     calendar: str | None = None
     calendar_policy: str | None = None
+    # False for a PREVIOUS_BUSINESS_DAY cron whose next_fire_at a later slot
+    # may run before (migration 24): planning goes on to a settled slot.
+    settled: bool = True
 
     @property
     def id_text(self) -> str:
@@ -378,6 +383,10 @@ class DueCronsParams:
     until: datetime
     after: tuple[datetime, uuid.UUID] | None = None
     limit: int = 2000
+    unsettled_until: datetime | None = None
+    """The crons not yet settled (:attr:`DueCron.settled`) are due up to
+    this later instant (None: ``until``): a slot of theirs may run weeks
+    before it is due."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from cluster.store.postgres import PgStore
 from cluster.store.postgres_cron import PgCronStore
 from tests.unit.test_api_fast import serve, settings
 from tests.unit.test_calendar_replan import edit_and_audit
+from tests.unit.test_cron_calendars import plan_ahead_of_earlier_runs
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -65,3 +66,17 @@ async def test_a_shard_added_to_the_cluster_gets_every_calendar(shard_dsns: list
             assert c is not None and c.version == 3
     finally:
         await store.close()
+
+
+async def test_previous_business_day_is_planned_in_time_on_real_shards(
+    shard_dsns: list[str],
+) -> None:
+    # Migration 24 on PostgreSQL: the due query's second branch finds the
+    # unsettled PREVIOUS_BUSINESS_DAY cron weeks ahead, and the write keeps
+    # settled_next, so Monday's moved slot exists before its Friday run.
+    clock = FakeClock(datetime(2027, 3, 3, 12, tzinfo=UTC))
+    store = PgStore(shard_dsns, max_size=4, timeout=5.0)
+    crons = PgCronStore(store)
+    app = create_app(settings(shards=shard_dsns), store=store, crons=crons, clock=clock)
+    async for client in serve(app):
+        await plan_ahead_of_earlier_runs(client, crons, clock)

@@ -112,20 +112,26 @@ async def test_materializer_pages_by_the_keyset_index_and_locks_by_primary_key(
     with psycopg.connect(shard_dsns[0], autocommit=True) as conn:
         conn.execute("ANALYZE cron_jobs")
     middle = sorted(c.id for c in made)[3000]
-    due_args = {"until": at, "after_at": at, "after_id": middle, "limit": 2000}
+    due_args = {
+        "until": at, "unsettled_until": at + timedelta(days=32), "after_at": at,
+        "after_id": middle, "limit": 2000,
+    }  # fmt: skip
     ids = sorted(c.id for c in made)[:2000]
     write_args = {
         "ids": ids, "expected": [at] * 2000, "next": [at + timedelta(days=1)] * 2000,
         "last_fire": [at] * 2000, "missed": [0] * 2000, "skipped": [0] * 2000, "runs": [0] * 2000,
-        "cal_version": [0] * 2000,
+        "cal_version": [0] * 2000, "settled": [True] * 2000,
         "occ_cron": ids, "occ_job": [uuid.uuid4() for _ in ids], "occ_scheduled": [at] * 2000,
         "occ_run_at": [at] * 2000, "occ_deadline": [None] * 2000, "now": at, "far_horizon": 3600.0,
     }  # fmt: skip
     with psycopg.connect(shard_dsns[0]) as conn:
         due = explain(conn, "due_crons", due_args)
         scans = [n for _, n in plan_nodes(due) if n.get("Relation Name") == "cron_jobs"]
+        # Each branch an index scan in key order: the wave's index, and the
+        # unsettled PREVIOUS_BUSINESS_DAY crons' partial one (migration 24).
         assert [(n["Node Type"], n.get("Index Name")) for n in scans] == [
-            ("Index Scan", "cron_jobs_due_key_idx")
+            ("Index Scan", "cron_jobs_due_key_idx"),
+            ("Index Scan", "cron_jobs_unsettled_idx"),
         ]
         # The keyset position is an index condition, not a filter.
         assert "id" in scans[0]["Index Cond"] and "Filter" not in scans[0]

@@ -4,7 +4,9 @@
 public holidays, over a FakeClock year: with ``SKIP`` no occurrence falls on
 a holiday; with ``NEXT_BUSINESS_DAY`` every weekday slot has its one
 occurrence (the slot stays its ``scheduledFor``), and that of each weekday
-holiday runs on the next business day at 09:00.
+holiday runs on the next business day at 09:00; with
+``PREVIOUS_BUSINESS_DAY`` on the previous one, and its occurrence exists
+before that earlier run.
 
 Turkey's 2027 public holidays, as python-holidays lists them (``Turkey``,
 holidays/countries/turkey.py: Law 2429 for the fixed days; the Diyanet's
@@ -23,6 +25,7 @@ from cluster.api.app import create_app
 from cluster.clock import FakeClock
 from cluster.leader.materializer import Materializer
 from cluster.model import CronRunsParams
+from cluster.store.base import CronStore
 from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
 from tests.unit.test_api_fast import A, serve, settings
@@ -149,7 +152,127 @@ async def test_a_year_of_weekday_runs_on_turkeys_2027_holidays(
     assert moved[nine(date(2027, 5, 19))] == nine(date(2027, 5, 20))
 
 
-async def runs(crons: MemCronStore, shard: int, cron_job_id: str) -> dict[datetime, datetime]:
+def previous_business_day(day: date, holidays: set[date]) -> date:
+    day -= timedelta(days=1)
+    while day in holidays or day.weekday() >= 5:
+        day -= timedelta(days=1)
+    return day
+
+
+async def test_previous_business_day_runs_each_holiday_slot_before_it_and_in_time(
+    client: httpx.AsyncClient, crons: MemCronStore, clock: FakeClock
+) -> None:
+    calendar = {
+        "name": "tr-2027",
+        "timeZone": "Europe/Istanbul",
+        "excludeDates": [d.isoformat() for d in TURKEY_2027],
+    }
+    assert (await client.post("/api/v1/calendars", json=calendar, headers=A)).status_code == 201
+    cron_id, shard = await define(client, "report-prev", "PREVIOUS_BUSINESS_DAY")
+    holidays = set(TURKEY_2027)
+    # Where each weekday slot of 2027 runs: a holiday's on the business day
+    # before it (the holidays of 9-11 March all on Monday 8 March).
+    expected = {
+        nine(d): nine(previous_business_day(d, holidays) if d in holidays else d)
+        for d in weekdays_of_2027()
+    }
+    assert expected[nine(date(2027, 3, 11))] == nine(date(2027, 3, 8))
+
+    # Passes half a minute before each 09:00: after the pass of a day, every
+    # occurrence that runs that day exists (made days before its slot).
+    m = Materializer(crons, clock=clock, max_clock_skew_seconds=None)
+    day = date(2027, 1, 1)
+    while day.year == 2027:
+        clock.set(nine(day) - timedelta(seconds=30))
+        await m.run_once(shard)
+        made = await runs(crons, shard, cron_id)
+        due = {slot for slot, run in expected.items() if run == nine(day)}
+        assert due <= made.keys(), (day, sorted(due - made.keys()))
+        assert all(made[slot] == nine(day) for slot in due), day
+        day += timedelta(days=1)
+    made = await runs(crons, shard, cron_id)
+    assert made == {slot: run for slot, run in expected.items() if slot.year == 2027} | {
+        slot: run for slot, run in made.items() if slot.year > 2027
+    }
+    assert not {(run + ISTANBUL).date() for run in made.values()} & holidays
+
+
+async def test_previous_business_day_plans_ahead_of_a_later_slot_that_runs_earlier(
+    client: httpx.AsyncClient, crons: MemCronStore, clock: FakeClock
+) -> None:
+    await plan_ahead_of_earlier_runs(client, crons, clock)
+
+
+async def plan_ahead_of_earlier_runs(
+    client: httpx.AsyncClient, crons: CronStore, clock: FakeClock
+) -> None:
+    """Two slots a day: Monday's 09:00, moved to Friday 09:00, runs before
+    Friday's 17:00 slot. Planning goes past the horizon until no later slot
+    can run before where it stops, so Monday's 09:00 exists by Friday 09:00.
+    And a cron of Saturdays only, whose every slot moves to a Friday: from
+    its creation on, it is due weeks ahead (it never settles), so its first
+    Friday run exists in time. (tests/integration/test_calendar_replan_pg.py
+    runs this on real shards.)"""
+    clock.set(datetime(2027, 3, 3, 12, tzinfo=UTC))  # a Wednesday
+    calendar = {"name": "ops", "timeZone": "UTC", "excludeDates": ["2027-03-08"]}
+    assert (await client.post("/api/v1/calendars", json=calendar, headers=A)).status_code == 201
+    fires: dict[str, dict[datetime, datetime]] = {}
+    made_on: dict[str, int] = {}
+    for name, schedule in (("twice", "0 9,17 * * *"), ("saturdays", "0 9 * * SAT")):
+        body = {
+            "name": name,
+            "schedule": schedule,
+            "timeZone": "UTC",
+            "target": {"kind": "HTTP", "url": "https://hooks.example.com/run"},
+            "calendar": "ops",
+            "calendarPolicy": "PREVIOUS_BUSINESS_DAY",
+        }
+        got = await client.post("/api/v1/cron-jobs", json=body, headers=A)
+        assert got.status_code == 201, got.text
+        cron_id = got.json()["cronJobId"]
+        made_on[cron_id] = got.json()["shard"]
+        preview = await client.get(f"/api/v1/cron-jobs/{cron_id}/preview?count=20", headers=A)
+        fires[cron_id] = {
+            _instant(f["scheduledFor"]): _instant(f["runAt"] or f["scheduledFor"])
+            for f in preview.json()["fires"]
+        }
+    twice, saturdays = fires
+    assert fires[twice][datetime(2027, 3, 8, 9, tzinfo=UTC)] == datetime(2027, 3, 5, 9, tzinfo=UTC)
+    assert fires[saturdays][datetime(2027, 3, 6, 9, tzinfo=UTC)] == datetime(
+        2027, 3, 5, 9, tzinfo=UTC
+    )
+
+    m = Materializer(crons, clock=clock, max_clock_skew_seconds=None)
+    at = clock.now()
+    while at < datetime(2027, 3, 10, tzinfo=UTC):
+        clock.set(at)
+        for shard in set(made_on.values()):
+            await m.run_once(shard)
+        for cron_id, expected in fires.items():
+            made = await runs(crons, made_on[cron_id], cron_id)
+            # Whatever runs within the next minute already exists.
+            for slot, run in expected.items():
+                if at <= run <= at + timedelta(minutes=1):
+                    assert made.get(slot) == run, (at, cron_id, slot)
+        at += timedelta(minutes=30)
+    made = await runs(crons, made_on[twice], twice)
+    friday = datetime(2027, 3, 5, tzinfo=UTC)
+    on_friday = sorted(s for s, r in made.items() if r.date() == friday.date())
+    # Friday's two, Saturday's and Sunday's (weekend), and Monday's holiday.
+    assert len(on_friday) == 8 and max(on_friday) == datetime(2027, 3, 8, 17, tzinfo=UTC)
+    # The Saturdays' cron has made its slots up to a move's reach ahead, no more.
+    made = await runs(crons, made_on[saturdays], saturdays)
+    assert all(
+        slot.weekday() == 5 and run == slot - timedelta(days=1) for slot, run in made.items()
+    )
+    assert 4 <= len(made) <= 6, sorted(made)
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+async def runs(crons: CronStore, shard: int, cron_job_id: str) -> dict[datetime, datetime]:
     """Each occurrence's slot and when it runs."""
     import shardmap
 
@@ -176,12 +299,10 @@ async def test_a_cron_must_name_an_existing_calendar_and_a_known_policy(
     assert lone.status_code == 422 and "calendarPolicy needs a calendar" in lone.text
     cal = {"name": "c", "timeZone": "UTC"}
     assert (await client.post("/api/v1/calendars", json=cal, headers=A)).status_code == 201
-    back = await client.post(
-        "/api/v1/cron-jobs",
-        json={**body, "calendar": "c", "calendarPolicy": "PREVIOUS_BUSINESS_DAY"},
-        headers=A,
+    odd = await client.post(
+        "/api/v1/cron-jobs", json={**body, "calendar": "c", "calendarPolicy": "LATER"}, headers=A
     )
-    assert back.status_code == 422 and "not available yet" in back.text
+    assert odd.status_code == 422 and "PREVIOUS_BUSINESS_DAY" in odd.json()["detail"]
     made = await client.post("/api/v1/cron-jobs", json=body, headers=A)
     cron_id = made.json()["cronJobId"]
     # PATCH: follow a calendar, then stop following it.

@@ -1228,7 +1228,7 @@ export interface components {
             calendar?: string | null;
             /**
              * Calendarpolicy
-             * @description SKIP or NEXT_BUSINESS_DAY: a slot on a day the calendar does not work.
+             * @description SKIP, NEXT_BUSINESS_DAY or PREVIOUS_BUSINESS_DAY: a slot on a day the calendar does not work.
              */
             calendarPolicy?: string | null;
         };
@@ -1242,7 +1242,7 @@ export interface components {
             note: string | null;
             /**
              * Runat
-             * @description When a calendar moved the run (calendarPolicy NEXT_BUSINESS_DAY); scheduledFor stays the occurrence's identity.
+             * @description When a calendar moved the run (calendarPolicy NEXT_BUSINESS_DAY or PREVIOUS_BUSINESS_DAY); scheduledFor stays the occurrence's identity.
              */
             runAt?: string | null;
         };

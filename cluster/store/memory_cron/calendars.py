@@ -46,6 +46,7 @@ class MemCalendars(MemCronShards):
             if old is not None and old[0] == name:
                 version = max(version, old[1])
             held[cron_id] = (name, version)
+            self._c(shard).settled_next.pop(cron_id, None)
 
     async def crons_on_calendar(
         self, shard: int, owner: str, name: str, *, limit: int = 10

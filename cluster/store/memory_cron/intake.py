@@ -116,6 +116,7 @@ class MemCronIntake(MemCalendars):
                 pause_reason=old.pause_reason,
             )
             c.by_id[cron.id] = saved
+            c.settled_next.pop(cron.id, None)
             self._written(c, saved)
             return self._view(shard, saved)
 

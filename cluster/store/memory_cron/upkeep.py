@@ -25,7 +25,14 @@ from cluster.store.memory_cron.crons import MemCrons
 __all__ = ["MemCronUpkeep"]
 
 
-def _due_cron(c: CronRecord) -> DueCron:
+def _settled(c: MemCrons, x: CronRecord) -> bool:
+    """Migration 24: whether the materializer planned ``x`` up to a settled slot."""
+    return (
+        x.calendar_policy != "PREVIOUS_BUSINESS_DAY" or c.settled_next.get(x.id) == x.next_fire_at
+    )
+
+
+def _due_cron(c: CronRecord, settled: bool = True) -> DueCron:
     return DueCron(
         c.id,
         c.schedule,
@@ -45,6 +52,7 @@ def _due_cron(c: CronRecord) -> DueCron:
         c.owner,
         c.calendar,
         c.calendar_policy,
+        settled,
     )
 
 
@@ -73,17 +81,21 @@ class MemCronUpkeep(MemCalendars):
 
     async def due(self, shard: int, params: DueCronsParams) -> list[DueCron]:
         c = self._c(shard)
+        unsettled_until = params.unsettled_until or params.until
         due = sorted(
             (x.next_fire_at, x.id)
             for x in c.by_id.values()
             if x.enabled
             and x.paused_at is None
             and x.next_fire_at is not None
-            and x.next_fire_at <= params.until
+            and (
+                x.next_fire_at <= params.until
+                or (x.next_fire_at <= unsettled_until and not _settled(c, x))
+            )
         )
         if params.after is not None:
             due = [k for k in due if k > params.after]
-        return [_due_cron(c.by_id[i]) for _, i in due[: params.limit]]
+        return [_due_cron(c.by_id[i], _settled(c, c.by_id[i])) for _, i in due[: params.limit]]
 
     async def due_counts(self, shard: int, params: DueCountsParams) -> list[tuple[datetime, int]]:
         c = self._c(shard)
@@ -145,6 +157,8 @@ class MemCronUpkeep(MemCalendars):
                     skipped_count=cron.skipped_count + item.skipped,
                     run_count=cron.run_count + item.runs,
                 )
+                if cron.calendar_policy == "PREVIOUS_BUSINESS_DAY":
+                    c.settled_next[cron.id] = item.next_fire_at if item.settled else None
                 advanced.add(cron.id)
                 may_go_far = cron.concurrency != "FORBID" and cron.schedule_kind != "FIXED_DELAY"
                 for occ in item.occurrences:

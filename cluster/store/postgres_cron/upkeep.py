@@ -49,6 +49,7 @@ class PgCronUpkeep(PgCalendars):
         after_at, after_id = params.after or (_FIRST_AT, _FIRST_ID)
         args = {
             "until": params.until,
+            "unsettled_until": params.unsettled_until or params.until,
             "after_at": after_at,
             "after_id": after_id,
             "limit": params.limit,
@@ -83,6 +84,7 @@ class PgCronUpkeep(PgCalendars):
             "skipped": [p.skipped for p in items],
             "runs": [p.runs for p in items],
             "cal_version": [p.calendar_version for p in items],
+            "settled": [p.settled for p in items],
             "occ_cron": [c for c, _ in occ],
             "occ_job": [o.job_id for _, o in occ],
             "occ_scheduled": [o.scheduled_for for _, o in occ],

@@ -61,5 +61,8 @@ UPDATE cron_jobs
    SET calendar_held = %(name)s::varchar,
        calendar_version = CASE WHEN calendar_held IS DISTINCT FROM %(name)s::varchar
                                THEN %(version)s::int8
-                               ELSE greatest(calendar_version, %(version)s::int8) END
+                               ELSE greatest(calendar_version, %(version)s::int8) END,
+       -- The calendar's new days may move a later slot before the settled
+       -- one: the materializer settles the cron again (migration 24).
+       settled_next = NULL
  WHERE id = %(id)s;

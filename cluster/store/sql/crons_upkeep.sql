@@ -25,13 +25,34 @@ DELETE FROM cron_occurrences
 -- A page of due crons in keyset order: only what planning needs (the write
 -- copies target and payload inside the database). (next_fire_at, id) is
 -- the index cron_jobs_due_key_idx: a page starts where the last one ended,
--- even inside an instant a million crons share.
-SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurrency,
-       jitter_seconds, starting_deadline_seconds, next_fire_at, month_end_policy, dst_policy,
-       end_at, max_runs, run_count, owner_service, calendar, calendar_policy
-  FROM cron_jobs
- WHERE enabled AND paused_at IS NULL AND next_fire_at <= %(until)s
-   AND (next_fire_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
+-- even inside an instant a million crons share. The second branch adds the
+-- PREVIOUS_BUSINESS_DAY crons not yet settled (migration 24) up to
+-- `unsettled_until`, from their own partial index; each branch is an index
+-- scan in key order, and the merge keeps the order.
+SELECT * FROM (
+    (SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurrency,
+            jitter_seconds, starting_deadline_seconds, next_fire_at, month_end_policy,
+            dst_policy, end_at, max_runs, run_count, owner_service, calendar, calendar_policy,
+            (calendar_policy IS DISTINCT FROM 'PREVIOUS_BUSINESS_DAY'
+             OR settled_next IS NOT DISTINCT FROM next_fire_at) AS settled
+       FROM cron_jobs
+      WHERE enabled AND paused_at IS NULL AND next_fire_at <= %(until)s
+        AND (next_fire_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
+      ORDER BY next_fire_at, id
+      LIMIT %(limit)s)
+    UNION ALL
+    (SELECT id, schedule, schedule_kind, time_zone, anchor, misfire_policy, concurrency,
+            jitter_seconds, starting_deadline_seconds, next_fire_at, month_end_policy,
+            dst_policy, end_at, max_runs, run_count, owner_service, calendar, calendar_policy,
+            false
+       FROM cron_jobs
+      WHERE enabled AND paused_at IS NULL AND calendar_policy = 'PREVIOUS_BUSINESS_DAY'
+        AND settled_next IS DISTINCT FROM next_fire_at
+        AND next_fire_at > %(until)s AND next_fire_at <= %(unsettled_until)s
+        AND (next_fire_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
+      ORDER BY next_fire_at, id
+      LIMIT %(limit)s)
+) due
  ORDER BY next_fire_at, id
  LIMIT %(limit)s;
 
@@ -94,8 +115,8 @@ SELECT v.id,
 WITH v AS (
     SELECT * FROM unnest(%(ids)b::uuid[], %(expected)b::timestamptz[], %(next)b::timestamptz[],
                          %(last_fire)b::timestamptz[], %(missed)b::int8[], %(skipped)b::int8[],
-                         %(runs)b::int8[], %(cal_version)b::int8[])
-           AS v(id, expected, next, last_fire, missed, skipped, runs, cal_version)
+                         %(runs)b::int8[], %(cal_version)b::int8[], %(settled)b::bool[])
+           AS v(id, expected, next, last_fire, missed, skipped, runs, cal_version, settled)
 ),
 locked AS (
     -- A lookup by primary key per cron (the locking subquery is never
@@ -125,7 +146,12 @@ moved AS (
                                ELSE greatest(c.last_fire_at, v.last_fire) END,
            missed_count = c.missed_count + v.missed,
            skipped_count = c.skipped_count + v.skipped,
-           run_count = c.run_count + v.runs
+           run_count = c.run_count + v.runs,
+           -- A PREVIOUS_BUSINESS_DAY cron planned up to a settled slot
+           -- says so (migration 24); every other cron keeps NULL.
+           settled_next = CASE WHEN c.calendar_policy IS DISTINCT FROM 'PREVIOUS_BUSINESS_DAY'
+                               THEN c.settled_next
+                               WHEN v.settled THEN v.next END
       FROM locked v
      WHERE c.id = v.id AND c.id = ANY(%(ids)b::uuid[])
     RETURNING c.id, c.owner_service, c.type, c.max_attempts, c.timeout_seconds, c.target_kind,
