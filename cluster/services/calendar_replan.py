@@ -46,7 +46,7 @@ from cluster.model import (
 )
 from cluster.services.context import Services
 
-__all__ = ["Replanned", "replan_followers"]
+__all__ = ["Replanned", "replan_changed", "replan_followers"]
 
 log = logging.getLogger(__name__)
 
@@ -89,17 +89,35 @@ async def replan_followers(ctx: Services, owner: str, calendar: CalendarRecord) 
     return done
 
 
+async def replan_changed(ctx: Services, shard: int, cron: CronRecord) -> Replanned:
+    """A PATCH changed ``cron``'s timing (its calendar, its policy, its
+    schedule): its pending occurrences, made by the old definition (a moved
+    run may be days away), are planned again by the new one, as a
+    calendar's change plans its followers'. The PATCH's write changed
+    ``next_fire_at``, so a materializer pass that read the old definition
+    loses its compare-and-set."""
+    done = Replanned(crons=1)
+    calendar = None
+    if cron.calendar is not None:
+        calendar = await ctx.crons.get_calendar(shard, cron.owner, cron.calendar)
+        if calendar is None or calendar.deleted:
+            return done  # the PATCH is taken back (cluster/services/crons.py)
+    await _replan(ctx, shard, cron, calendar, ctx.clock.now(), done)
+    return done
+
+
 async def _replan(
     ctx: Services,
     shard: int,
     cron: CronRecord,
-    calendar: CalendarRecord,
+    calendar: CalendarRecord | None,
     now: datetime,
     done: Replanned,
 ) -> None:
-    # First: a materializer pass that planned by an older version writes
-    # nothing after this, so what is read next is all there is to re-plan.
-    await ctx.crons.hold_calendar_version(shard, cron.id, calendar.name, calendar.version)
+    if calendar is not None:
+        # First: a materializer pass that planned by an older version writes
+        # nothing after this, so what is read next is all there is to re-plan.
+        await ctx.crons.hold_calendar_version(shard, cron.id, calendar.name, calendar.version)
     schedule = schedule_of(cron, calendar=calendar)
     jitter = timedelta(seconds=stable_jitter(cron.id_text, cron.jitter_seconds))
     runs = await ctx.crons.runs(shard, CronRunsParams(cron.id, _RUNS_READ))

@@ -37,6 +37,7 @@ from cluster.model import (
 )
 from cluster.services import calendars as calendar_service
 from cluster.services.batches import write_by_shard
+from cluster.services.calendar_replan import replan_changed
 from cluster.services.context import Services
 from cluster.services.routing import on_owner, owner_and
 
@@ -221,6 +222,9 @@ async def change_cron(
         # Deleted between the check and the write: the change is taken back.
         await ctx.crons.update(shard, dataclasses.replace(cron, updated_at=None))
         raise calendar_service.no_calendar(saved.calendar)
+    if (cron.calendar or saved.calendar) and any(k in changes for k in TIMING_FIELDS):
+        # A calendar's moved runs may be days away: plan them again now.
+        await replan_changed(ctx, shard, saved)
     return saved, shard
 
 

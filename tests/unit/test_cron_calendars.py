@@ -314,3 +314,49 @@ async def test_a_cron_must_name_an_existing_calendar_and_a_known_policy(
     patched = await client.patch(f"/api/v1/cron-jobs/{cron_id}", json={"calendar": None}, headers=A)
     assert (patched.json()["calendar"], patched.json()["calendarPolicy"]) == (None, None)
     assert (await client.delete("/api/v1/calendars/c", headers=A)).status_code == 204
+
+
+async def test_a_patch_of_calendar_or_policy_plans_the_moved_runs_again(
+    client: httpx.AsyncClient, crons: MemCronStore, clock: FakeClock
+) -> None:
+    """Monday is a holiday: NEXT_BUSINESS_DAY made Monday's occurrence to
+    run on Tuesday. A PATCH to SKIP cancels it; a PATCH that drops the
+    calendar brings it back to its slot (past: it runs now)."""
+    import shardmap
+
+    clock.set(datetime(2027, 3, 7, 12, tzinfo=UTC))  # a Sunday
+    calendar = {"name": "ops", "timeZone": "UTC", "excludeDates": ["2027-03-08"]}
+    assert (await client.post("/api/v1/calendars", json=calendar, headers=A)).status_code == 201
+    made: dict[str, int] = {}
+    for name in ("to-skip", "to-plain"):
+        body = {
+            "name": name,
+            "schedule": "0 9 * * MON-FRI",
+            "timeZone": "UTC",
+            "target": {"kind": "HTTP", "url": "https://hooks.example.com/run"},
+            "calendar": "ops",
+            "calendarPolicy": "NEXT_BUSINESS_DAY",
+        }
+        got = await client.post("/api/v1/cron-jobs", json=body, headers=A)
+        assert got.status_code == 201, got.text
+        made[got.json()["cronJobId"]] = got.json()["shard"]
+    monday, tuesday = datetime(2027, 3, 8, 9, tzinfo=UTC), datetime(2027, 3, 9, 9, tzinfo=UTC)
+    clock.set(monday - timedelta(seconds=30))
+    m = Materializer(crons, clock=clock, max_clock_skew_seconds=None)
+    for shard in set(made.values()):
+        await m.run_once(shard)
+    for cron_id, shard in made.items():
+        assert await runs(crons, shard, cron_id) == {monday: tuesday}
+
+    clock.set(monday + timedelta(hours=3))
+    to_skip, to_plain = made
+    patched = await client.patch(
+        f"/api/v1/cron-jobs/{to_skip}", json={"calendarPolicy": "SKIP"}, headers=A
+    )
+    assert patched.status_code == 200, patched.text
+    patched = await client.patch(f"/api/v1/cron-jobs/{to_plain}", json={"calendar": None}, headers=A)
+    assert patched.status_code == 200, patched.text
+
+    found = await crons.runs(made[to_skip], CronRunsParams(shardmap.decode_id("cron", to_skip), 9))
+    assert [(r.scheduled_for, str(r.status)) for r in found] == [(monday, "CANCELLED")]
+    assert await runs(crons, made[to_plain], to_plain) == {monday: monday}
