@@ -19,7 +19,7 @@ from cluster.cron.calendar_rules import calendar_body
 from cluster.model import CalendarBody, CalendarRecord
 from cluster.services import calendars as calendar_service
 
-__all__ = ["calendar_out", "router"]
+__all__ = ["calendar_body_of", "calendar_out", "router"]
 
 router = APIRouter(tags=["calendars"])
 
@@ -38,7 +38,8 @@ def calendar_out(c: CalendarRecord) -> CalendarOut:
     )
 
 
-def _body(body: CalendarIn) -> CalendarBody:
+def calendar_body_of(body: CalendarIn) -> CalendarBody:
+    """The model's days as the store keeps them (what the console's forms use too)."""
     return calendar_body(
         time_zone=body.timeZone,
         exclude_dates=body.excludeDates,
@@ -62,7 +63,7 @@ async def create_calendar(
 ) -> CalendarOut:
     """Define a calendar (version 1). The same name with the same days returns
     it (200); with other days it is a 409: PUT changes it."""
-    saved, created = await calendar_service.create_calendar(ctx, owner, body.name, _body(body))
+    saved, created = await calendar_service.create_calendar(ctx, owner, body.name, calendar_body_of(body))
     if not created:
         response.status_code = 200
     return calendar_out(saved)
@@ -89,7 +90,7 @@ async def get_calendar(name: str, ctx: Ctx, owner: Owner) -> CalendarOut:
 @router.put("/api/v1/calendars/{name}", response_model=CalendarOut)
 async def replace_calendar(name: str, body: CalendarIn, ctx: Ctx, owner: Owner) -> CalendarOut:
     """Replace the calendar's days: a new version (the same days again change nothing)."""
-    return calendar_out(await calendar_service.replace_calendar(ctx, owner, name, _body(body)))
+    return calendar_out(await calendar_service.replace_calendar(ctx, owner, name, calendar_body_of(body)))
 
 
 @router.delete("/api/v1/calendars/{name}", status_code=204, responses=problem_responses(409))

@@ -285,3 +285,57 @@ async def test_an_operator_may_show_another_owners_jobs_and_a_tenant_may_not(
     assert (await ui.get(f"/ui/jobs/{job}")).status_code == 200
     r = await ui.post("/ui/act-for", data={"csrf": csrf_in(page.text), "owner": ""})
     assert (await ui.get(f"/ui/jobs/{job}")).status_code == 404  # back to its own
+
+
+async def test_calendars_are_created_changed_and_deleted_from_the_console(ui: httpx.AsyncClient) -> None:
+    assert (await sign_in(ui, "token-a")).status_code == 303
+    page = await ui.get("/ui/calendars")
+    assert page.status_code == 200 and 'id="no-calendars"' in page.text
+    csrf = csrf_in(page.text)
+    week = {f"week-{d}": "yes" for d in ("MON", "TUE", "WED", "THU", "FRI")}
+    form = {"csrf": csrf, "name": "tr", "timeZone": "Europe/Istanbul", **week,
+            "excludeDates": "2027-01-01\r\n2027-04-23, 2027-05-01", "includeDates": ""}  # fmt: skip
+    r = await ui.post("/ui/calendars", data=form)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/calendars/tr?flash=calendar-created"
+    api = (await ui.get("/api/v1/calendars/tr", headers=A)).json()
+    assert api["excludeDates"] == ["2027-01-01", "2027-04-23", "2027-05-01"] and api["version"] == 1
+    assert api["businessWeek"] == ["MON", "TUE", "WED", "THU", "FRI"]
+    page = await ui.get("/ui/calendars/tr")
+    assert "<time>2027-04-23</time>" in page.text and 'id="edit-calendar"' in page.text
+
+    # Bad input: the API's own refusal, and nothing changes.
+    bad = await ui.post("/ui/calendars/tr/update", data={**form, "excludeDates": "2027-13-01"})
+    assert bad.status_code == 422 and "2027-13-01" in bad.text
+    none = await ui.post("/ui/calendars/tr/update", data={"csrf": csrf, "timeZone": "UTC"})
+    assert none.status_code == 422  # no business day at all
+    assert (await ui.get("/api/v1/calendars/tr", headers=A)).json()["version"] == 1
+
+    # A working Saturday and Saturdays in the week: version 2.
+    saved = await ui.post("/ui/calendars/tr/update", data={**form, "week-SAT": "yes",
+                                                          "includeDates": "2027-01-10"})  # fmt: skip
+    assert saved.status_code == 303 and saved.headers["location"].endswith("flash=calendar-updated")
+    api = (await ui.get("/api/v1/calendars/tr", headers=A)).json()
+    assert api["version"] == 2 and api["includeDates"] == ["2027-01-10"] and "SAT" in api["businessWeek"]
+
+    # A cron follows it: the cron page links it, and deleting is refused.
+    created = await ui.post(
+        "/api/v1/cron-jobs", headers=A,
+        json={"name": "payroll", "schedule": "0 9 * * MON-FRI", "timeZone": "Europe/Istanbul",
+              "target": {"kind": "HTTP", "url": "https://hooks.example.com/x"},
+              "calendar": "tr", "calendarPolicy": "NEXT_BUSINESS_DAY"},
+    )  # fmt: skip
+    assert created.status_code == 201, created.text
+    cron = created.json()["cronJobId"]
+    page = await ui.get(f"/ui/crons/{cron}")
+    assert 'href="/ui/calendars/tr"' in page.text and "NEXT_BUSINESS_DAY" in page.text
+    refused = await ui.post("/ui/calendars/tr/delete", data={"csrf": csrf})
+    assert refused.status_code == 409 and "payroll" in refused.text
+    assert (await ui.delete(f"/api/v1/cron-jobs/{cron}", headers=A)).status_code == 204
+    forged = await ui.post("/ui/calendars/tr/delete", data={"csrf": "forged"})
+    assert forged.status_code == 403
+    gone = await ui.post("/ui/calendars/tr/delete", data={"csrf": csrf})
+    assert gone.status_code == 303 and gone.headers["location"] == "/ui/calendars?flash=calendar-deleted"
+    assert (await ui.get("/api/v1/calendars/tr", headers=A)).status_code == 404
+    # Another owner never sees it (a tenant's view).
+    page = await ui.get("/ui/calendars")
+    assert 'data-calendar="tr"' not in page.text

@@ -152,6 +152,11 @@ FLASHES = {
     "retried": "Retried: a new series of attempts is due now.",
     "cancelled": "Cancelled.",
     "rescheduled": "Rescheduled: it now runs at the new time.",
+    "calendar-created": "Calendar created (version 1).",
+    "calendar-same": "A calendar of that name has these days already: nothing changed.",
+    "calendar-updated": "Saved as a new version (or unchanged, if the days were the same); "
+    "the occurrences its crons made already were planned again.",
+    "calendar-deleted": "Calendar deleted.",
 }
 
 
