@@ -35,8 +35,10 @@ from cluster.services.cron_document import document_of
 
 __all__ = [
     "DEFAULT_ZONES",
+    "WAVE_CALENDAR",
     "SlotWatch",
     "cron_body_factory",
+    "holiday_calendar",
     "occurrence_figures",
     "slot_at_least",
     "zone_schedules",
@@ -85,6 +87,25 @@ def zone_schedules(slot: datetime, zones: tuple[str, ...], now: datetime) -> dic
     return out
 
 
+# --calendar: every cron follows its owner's calendar of this name.
+WAVE_CALENDAR = "wave-holidays"
+
+
+def holiday_calendar(slot: datetime, holidays: int = 60) -> dict[str, Any]:
+    """The body of a calendar (UTC) with ``holidays`` excluded days over the
+    year after ``slot``, every third day from the day after it, and ``slot``'s
+    own day a business day: the crons fire at T, and the materializer reads a
+    calendar of a country's size for each of them."""
+    first = slot.astimezone(UTC).date() + timedelta(days=1)
+    return {
+        "name": WAVE_CALENDAR,
+        "timeZone": "UTC",
+        "excludeDates": [(first + timedelta(days=3 * k)).isoformat() for k in range(holidays)],
+        "businessWeek": ["MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"],
+        "description": "benchmarks.wave --calendar",
+    }
+
+
 def cron_body_factory(
     schedules: dict[str, str],
     target: dict[str, Any],
@@ -92,9 +113,11 @@ def cron_body_factory(
     owner_index: int,
     owners: int,
     name_prefix: str,
+    extra: dict[str, Any] | None = None,
 ) -> Callable[[int], dict[str, Any]]:
     """The request body of one owner's i-th cron. The run's crons take the
-    zones in turn across owners, so every owner has crons in every zone."""
+    zones in turn across owners, so every owner has crons in every zone.
+    ``extra``: fields every cron has too (``calendar``, ``calendarPolicy``)."""
     zones = list(schedules.items())
     # One create document per zone, written by the definition type every door
     # shares; each cron is that document under its own name (a copy per cron,
@@ -113,6 +136,7 @@ def cron_body_factory(
             ),
             compact=True,
         )
+        | (extra or {})
         for zone, expression in zones
     ]
 

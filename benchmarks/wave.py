@@ -40,13 +40,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiohttp
+
 from benchmarks.apiload import CRONS, JOBS, CreateResult, ItemSource, batch_supported, create_items
 from benchmarks.bulk import JobSpec, copy_jobs
 from benchmarks.ceiling import MODES, measure_ceiling
 from benchmarks.cronwave import (
     DEFAULT_ZONES,
+    WAVE_CALENDAR,
     SlotWatch,
     cron_body_factory,
+    holiday_calendar,
     occurrence_figures,
     slot_at_least,
     zone_schedules,
@@ -122,6 +126,7 @@ class WaveOptions:
     # copy and api: T at a whole minute, where a crons wave's always is (due_at).
     due_on_minute: bool = False
     zones: tuple[str, ...] = DEFAULT_ZONES  # crons
+    calendar: bool = False  # crons: each follows a calendar (issue 45)
     # A CHECKPOINT on the shards once the wave's rows exist, before claims
     # open (see _checkpoint_before_claims); --no-checkpoint leaves it out.
     checkpoint: bool = True
@@ -416,12 +421,23 @@ def _make_wave(
         now, t_due, lead = schedule_wave(opts, _cron_lead(opts.jobs, prefetch, create_guess))
         schedules = zone_schedules(t_due, opts.zones, now)
         tag = secrets.token_hex(4)
+        follow: dict[str, Any] = {}
+        if opts.calendar:
+            calendar = holiday_calendar(t_due)
+            asyncio.run(_create_calendars(urls[0], token_list, calendar))
+            follow = {"calendar": WAVE_CALENDAR, "calendarPolicy": "NEXT_BUSINESS_DAY"}
+            extra["calendar"] = {"excluded_days": len(calendar["excludeDates"]), **follow}
         sources = [
             (
                 token,
                 counts[k],
                 cron_body_factory(
-                    schedules, target, owner_index=k, owners=len(owners), name_prefix=f"wave-{tag}"
+                    schedules,
+                    target,
+                    owner_index=k,
+                    owners=len(owners),
+                    name_prefix=f"wave-{tag}",
+                    extra=follow,
                 ),
             )
             for k, token in enumerate(token_list)
@@ -537,6 +553,18 @@ def _sleep_until(when: datetime, cluster: BenchCluster) -> None:
         time.sleep(min(left, 0.5))
 
 
+async def _create_calendars(url: str, tokens: list[str], body: dict[str, Any]) -> None:
+    """Each owner's calendar for --calendar, through the API (201, or 200 if
+    it is there already with these days)."""
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for token in tokens:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with session.post(url + "/api/v1/calendars", json=body, headers=headers) as r:
+                if r.status not in (200, 201):
+                    raise RuntimeError(f"creating the wave's calendar: {r.status} {await r.text()}")
+
+
 def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.wave", description=__doc__.split("\n\n")[0]
@@ -574,6 +602,12 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
         "--zones",
         default=",".join(DEFAULT_ZONES),
         help="crons: IANA time zones, comma-separated; each zone's crons fire at T's local time",
+    )
+    parser.add_argument(
+        "--calendar",
+        action="store_true",
+        help="crons: each follows its owner's calendar (60 holidays over the next year, T's "
+        "day a business day) with calendarPolicy NEXT_BUSINESS_DAY",
     )
     parser.add_argument(
         "--copy-as-doors",
@@ -629,6 +663,7 @@ def parse_args(argv: list[str] | None) -> tuple[WaveOptions, bool]:
         clients=args.clients,
         api_procs=args.api_procs,
         zones=tuple(z.strip() for z in args.zones.split(",") if z.strip()),
+        calendar=args.calendar,
         checkpoint=args.checkpoint,
     )
     return opts, args.verbose

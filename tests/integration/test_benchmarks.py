@@ -236,9 +236,10 @@ def test_doors_runs_the_door_between_two_copy_waves_and_reports_the_ratio(
 @pytest.mark.timeout(240)
 def test_wave_made_by_crons_runs_one_occurrence_per_cron(tmp_path: Path) -> None:
     # T is the first whole minute at least 10 s ahead, so this waits 10-70 s
-    # for the slot; 1,000 crons of 3 owners across the default time zones.
+    # for the slot; 1,000 crons of 3 owners across the default time zones,
+    # each following its owner's holiday calendar (--calendar, issue 45).
     out = tmp_path / "wave-crons"
-    argv = ["--source", "crons", "--jobs", "1000", "--owners", "3", "--lead", "10"]
+    argv = ["--source", "crons", "--jobs", "1000", "--owners", "3", "--lead", "10", "--calendar"]
     argv += ["--ceiling", "none", "--unsafe-fast-db", "--out", str(out)]
     assert wave.main(argv) == 0
     report = _report(out)
@@ -255,6 +256,9 @@ def test_wave_made_by_crons_runs_one_occurrence_per_cron(tmp_path: Path) -> None
     assert len(schedules) >= 4 and "Asia/Kolkata" in schedules
     due = datetime.fromisoformat(report["settings"]["due_at"])
     assert due.second == 0 and due.microsecond == 0
+    assert report["settings"]["calendar"] == {
+        "excluded_days": 60, "calendar": "wave-holidays", "calendarPolicy": "NEXT_BUSINESS_DAY",
+    }  # fmt: skip
 
 
 @pytest.mark.timeout(120)
