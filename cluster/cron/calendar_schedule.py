@@ -56,6 +56,7 @@ class CalendarSchedule(Schedule):
         self.inner = inner
         self.calendar = calendar
         self.policy: CalendarPolicy = policy
+        self.moves_back = policy == "PREVIOUS_BUSINESS_DAY"
         self.calendar_name = name
         self.calendar_version = version
         self._calendar_zone = zoneinfo.ZoneInfo(calendar.time_zone)
@@ -80,7 +81,7 @@ class CalendarSchedule(Schedule):
         to the next business day B can: a slot after B runs on B or later
         (B is a business day between), so the check reads the slots up to
         the end of B, a day more for the cron's zone against the calendar's."""
-        if self.policy != "PREVIOUS_BUSINESS_DAY":
+        if not self.moves_back:
             return True
         if fire.moved_to is not None:
             return False

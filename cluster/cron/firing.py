@@ -53,6 +53,9 @@ class Schedule(ABC):
     moves: ClassVar[bool] = False
     """Whether a stored slot may be skipped or moved (a calendar): planning
     then asks :meth:`at` about the slot it starts from."""
+    moves_back: bool = False
+    """Whether a slot may run before it is due (PREVIOUS_BUSINESS_DAY):
+    planning then goes on to a :meth:`settled` slot."""
     expression: str
     """As given, without surrounding whitespace."""
     time_zone: str

@@ -101,6 +101,11 @@ class Slots(Protocol):
         """Whether a slot may be skipped or moved (a calendar): see :meth:`at`."""
         ...
 
+    @property
+    def moves_back(self) -> bool:
+        """Whether a slot may run before it is due: see :meth:`settled`."""
+        ...
+
     def next_fire(self, after: datetime) -> Fire | None: ...
 
     def at(self, slot: datetime) -> Fire | None:
@@ -165,15 +170,25 @@ class _Memo:
     round hour share their schedule and their current slot, so the slot
     after it is computed once, not once per cron."""
 
-    __slots__ = ("_next", "moves", "schedule")
+    __slots__ = ("_at", "_next", "moves", "moves_back", "schedule")
 
     def __init__(self, schedule: Schedule) -> None:
         self.schedule = schedule
         self.moves = schedule.moves
+        self.moves_back = schedule.moves_back
         self._next: dict[datetime, Fire | None] = {}
+        self._at: dict[datetime, Fire | None] = {}
 
     def at(self, slot: datetime) -> Fire | None:
-        return self.schedule.at(slot)
+        # Asked of every cron a calendar moves (its stored slot): the crons
+        # of an instant share it, so it is computed once.
+        try:
+            return self._at[slot]
+        except KeyError:
+            if len(self._at) >= _MEMO_SLOTS:
+                self._at.clear()
+            fire = self._at[slot] = self.schedule.at(slot)
+            return fire
 
     def settled(self, fire: Fire) -> bool:
         return self.schedule.settled(fire)
@@ -268,7 +283,7 @@ def _unsettled(
     moves (Saturdays on a weekday calendar) never settles; it stays due
     :data:`~cluster.cron.calendar_rules.SETTLE_AHEAD` early instead."""
     return (
-        schedule.moves
+        schedule.moves_back
         and fire is not None
         and (end is None or cursor <= end)
         and cursor <= horizon + SETTLE_AHEAD
@@ -317,7 +332,7 @@ def plan(
         misfire_threshold=misfire_threshold,
         catchup_cap=catchup_cap,
     )
-    if schedule.moves and out.next_fire_at is not None:
+    if schedule.moves_back and out.next_fire_at is not None:
         fire = schedule.at(out.next_fire_at)
         out.settled = fire is not None and schedule.settled(fire)
     return out
