@@ -37,6 +37,7 @@ from cluster.targets.signing import Signer
 __all__ = ["HttpTarget"]
 
 _RETRY_STATUSES = frozenset({408, 429})
+_CRLF = "\r\n"
 _USER_AGENT_LINE = "User-Agent: vakit-worker/0.1\r\n"
 # A header name (RFC 9110 token); the create-time check is stricter.
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -56,12 +57,10 @@ class _Route:
         shown = f"[{host}]" if ":" in host else host
         if port != (443 if scheme == "https" else 80):
             shown = f"{shown}:{port}"
-        self.head = f"POST {url.raw_path_qs or '/'} HTTP/1.1\r\nHost: {shown}\r\n"
-
-
-def _header_lines(headers: Mapping[str, str] | list[tuple[str, str]]) -> str:
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    return "".join(f"{name}: {value}\r\n" for name, value in items)
+        self.head = (
+            f"POST {url.raw_path_qs or '/'} HTTP/1.1\r\nHost: {shown}\r\n"
+            "Content-Type: application/json\r\n"
+        )
 
 
 class HttpTarget:
@@ -104,7 +103,7 @@ class HttpTarget:
             self._checked[key] = route
         return route
 
-    def _custom_lines(self, custom: Mapping[str, str]) -> str:
+    def _custom_lines(self, custom: Mapping[str, str]) -> list[str]:
         """The job's own headers as header lines, checked again (the deny
         list may have grown since the create): :class:`TargetRefused` for
         one it may not set."""
@@ -114,9 +113,11 @@ class HttpTarget:
             if not _TOKEN.fullmatch(name) or "\r" in value or "\n" in value:
                 raise TargetRefused(f"header {name!r} is not a valid header", "target.headers")
             lines.append(f"{name}: {value}\r\n")
-        return "".join(lines)
+        return lines
 
-    def _request(self, job: ClaimedJob, job_id: str, route: _Route, custom: str | None) -> bytes:
+    def _request(
+        self, job: ClaimedJob, job_id: str, route: _Route, custom: list[str] | None
+    ) -> bytes:
         """The firing as one HTTP/1.1 message."""
         owner = job.owner
         when = job.scheduled_for
@@ -129,26 +130,24 @@ class HttpTarget:
         body = firing_body(job, job_id, scheduled_for)
         key = idempotency_key(job, job_id, scheduled_for)
         own = (
-            f"{route.head}Content-Type: application/json\r\nIdempotency-Key: {key}\r\n"
-            f"Vakit-Job-Id: {job_id}\r\nVakit-Scheduled-For: {scheduled_for}\r\n"
-            f"Vakit-Attempt: {job.attempt}\r\n"
+            f"{route.head}Idempotency-Key: {key}\r\nVakit-Job-Id: {job_id}\r\n"
+            f"Vakit-Scheduled-For: {scheduled_for}\r\nVakit-Attempt: {job.attempt}\r\n"
+            f"{f'Vakit-Owner: {owner}{_CRLF}' if owner is not None else ''}"
+            f"{self._signer.header_lines(owner, key, body)}"
         )
-        if owner is not None:
-            own += f"Vakit-Owner: {owner}\r\n"
-        own += _header_lines(self._signer.headers(owner, key, body))
         # The firing span's trace context (the job's create trace continued),
         # or, with tracing off here, the one stored at create, passed on.
-        traced: dict[str, str] = {}
-        tracing.inject(traced, job.target.get("traceparent"))
-        if traced:
-            own += _header_lines(traced)
+        if tracing.ENABLED or "traceparent" in job.target:
+            traced: dict[str, str] = {}
+            tracing.inject(traced, job.target.get("traceparent"))
+            own += "".join(f"{name}: {value}\r\n" for name, value in traced.items())
         extra = _USER_AGENT_LINE
         if custom:
             # Case-insensitively: the job's "vakit-job-id" cannot ride along
             # beside ours, and its User-Agent replaces ours.
             ours = own.lower()
             extra = "".join(
-                line for line in custom.splitlines(keepends=True)
+                line for line in custom
                 if f"\n{line.split(':', 1)[0].lower()}:" not in ours
             )  # fmt: skip
             if "\nuser-agent:" not in "\n" + extra.lower():
