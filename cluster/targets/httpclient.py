@@ -237,28 +237,58 @@ class HttpClient:
         """A connection to ``origin`` of this caller's own, once one of the
         ``limit`` is free: kept alive from before, or new; by ``deadline``
         (the loop's time), :class:`TimeoutError` otherwise. Given back
-        with :meth:`release`."""
-        if self._free > 0 and not self._queue:
-            self._free -= 1
-        else:
-            turn = asyncio.get_running_loop().create_future()
-            self._queue.append(turn)
-            self._deadlines.watch(turn, deadline)
+        with :meth:`release`. (:meth:`turn`, :meth:`idle` and
+        :meth:`connect` are its steps, for a caller that saves a frame.)"""
+        turn = self.turn(deadline)
+        if turn is not None:
             try:
                 await turn
             except asyncio.CancelledError:
-                if turn.done() and not turn.cancelled() and turn.exception() is None:
-                    self._next()  # handed a slot as it was cancelled: pass it on
+                self.pass_on(turn)
                 raise
+        return self.idle(origin) or await self.connect(origin, deadline)
+
+    def turn(self, deadline: float) -> asyncio.Future[None] | None:
+        """A slot: None when one was free and is now the caller's, else the
+        caller's place in the queue, a future done when a slot is handed
+        to it (failed with :class:`TimeoutError` at ``deadline``). A
+        caller cancelled while it waits calls :meth:`pass_on`."""
+        if self._free > 0 and not self._queue:
+            self._free -= 1
+            return None
+        turn = asyncio.get_running_loop().create_future()
+        self._queue.append(turn)
+        self._deadlines.watch(turn, deadline)
+        return turn
+
+    def pass_on(self, turn: asyncio.Future[None]) -> None:
+        """The waiter of ``turn`` was cancelled: a slot handed to it as it
+        was goes to the next one."""
+        if turn.done() and not turn.cancelled() and turn.exception() is None:
+            self._next()
+
+    def idle(self, origin: Origin) -> _Connection | None:
+        """A kept-alive connection to ``origin`` for the holder of a slot."""
+        idle = self._idle.get(origin)
+        if not idle:
+            return None
+        now = self._clock()
+        while idle:
+            conn = idle.pop()  # the most recently used: the likeliest alive
+            if conn.usable and now - conn.idle_since < KEEPALIVE_SECONDS:
+                return conn
+            conn.close()
+        return None
+
+    async def connect(self, origin: Origin, deadline: float) -> _Connection:
+        """A new connection to ``origin`` for the holder of a slot, by
+        ``deadline``; the slot is freed if none can be made."""
         try:
-            conn = self._idle_connection(origin)
-            if conn is None:
-                async with asyncio.timeout_at(deadline):
-                    conn = await self._connect(origin)
+            async with asyncio.timeout_at(deadline):
+                return await self._connect(origin)
         except BaseException:
             self._next()
             raise
-        return conn
 
     async def send(self, conn: _Connection, request: bytes, deadline: float) -> _Answer:
         """Write ``request`` on ``conn`` and wait for its answer until
@@ -286,18 +316,6 @@ class HttpClient:
                 turn.set_result(None)
                 return
         self._free += 1
-
-    def _idle_connection(self, origin: Origin) -> _Connection | None:
-        idle = self._idle.get(origin)
-        if not idle:
-            return None
-        now = self._clock()
-        while idle:
-            conn = idle.pop()  # the most recently used: the likeliest alive
-            if conn.usable and now - conn.idle_since < KEEPALIVE_SECONDS:
-                return conn
-            conn.close()
-        return None
 
     async def _addresses(self, host: str, port: int) -> list[tuple[Any, ...]]:
         """``(family, type, proto, sockaddr)`` of ``host`` the policy allows."""
