@@ -158,12 +158,20 @@ class _Connection(asyncio.Protocol):
             self.close()
 
     def on_message_complete(self) -> None:
+        if 100 <= self._status < 200:
+            # Informational (100 Continue, 103 Early Hints): the answer follows.
+            self._status, self._kept, self._seen, self.headers_done = 0, [], 0, False
+            return
         if not self._parser.should_keep_alive():
             self.usable = False
         self._complete()
 
     def _complete(self) -> None:
         waiter, self._waiter = self._waiter, None
+        if waiter is None:
+            # An answer to no request (a server's 408 on an idle connection):
+            # what comes next on it cannot be trusted to be ours.
+            self.usable = False
         status, kept = self._status, self._kept
         self._status, self._kept, self._seen, self.headers_done = 0, [], 0, False
         if waiter is not None and not waiter.done():

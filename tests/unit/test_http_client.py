@@ -98,6 +98,17 @@ async def test_an_answer_is_read_within_its_bound(client: HttpClient) -> None:
         assert server.open == 0  # not read to its end: the connection was closed
 
 
+async def test_informational_answers_are_skipped(client: HttpClient) -> None:
+    def hints(request: bytes) -> bytes:
+        return b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + ok(request)
+
+    async with Server(hints) as server:
+        origin = ("http", "127.0.0.1", server.port)
+        assert await client.post(origin, REQUEST, 5.0) == (200, b"")
+        assert await client.post(origin, REQUEST, 5.0) == (200, b"")
+        assert server.connections == 1
+
+
 async def test_a_close_before_the_answer_is_the_networks_failure(client: HttpClient) -> None:
     async with Server(lambda request: b"") as server:
         with pytest.raises(Disconnected):
