@@ -172,9 +172,9 @@ class HttpTarget:
             deadline = asyncio.get_running_loop().time() + timeout
             # A connection first, then the request: a firing waiting for one
             # (most of a wave's, with 200 connections) holds no request of
-            # its own yet.
-            # acquire()'s steps, written out: a coroutine frame less held by
-            # each of the firings waiting (tests/unit/test_preload.py).
+            # its own yet. HttpClient.acquire()'s steps, written out: one
+            # coroutine frame less held by each waiting firing
+            # (tests/unit/test_preload.py measures what one holds).
             turn = client.turn(deadline)
             if turn is not None:
                 try:
