@@ -9,7 +9,8 @@ and the process reports CPU (user + system, all its threads) per firing and
 the RSS it grew by. ``aiohttp`` is the HTTP target as it was before issue 43
 (``git show e9d405a:cluster/targets/http.py``, copied to ``--old``), ``lean``
 the target as it is now; the others fire the same request (body and
-headers) through another client. Not part of the test suite.
+headers) through another client (pyreqwest is no dependency of Vakit:
+``uv pip install pyreqwest`` for its row). Not part of the test suite.
 """
 
 from __future__ import annotations

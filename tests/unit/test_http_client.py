@@ -151,3 +151,20 @@ async def test_deadlines_fail_only_what_is_still_pending() -> None:
         f.set_result(None)
     assert len(deadlines) < 2_100
     deadlines.close()
+
+
+@pytest.mark.parametrize("type_", ["order.cancel", 'quote " and \\ back', "é\u2028\n\x00", ""])
+def test_the_firing_body_is_json_dumps_text_byte_for_byte(type_: str) -> None:
+    # Written out by hand for speed; a receiver's signature check covers
+    # these bytes, so they stay what json.dumps of the document wrote.
+    import json
+
+    from cluster.instants import format_instant
+    from cluster.targets import firing_body
+    from tests.helpers import claimed_job
+
+    job = claimed_job({"kind": "HTTP", "url": "http://x/"}, type=type_, attempt=3, payload_json='{"a": [1, 2]}')
+    head = json.dumps(
+        {"jobId": "job_1", "type": type_, "scheduledFor": format_instant(job.scheduled_for), "attempt": 3}
+    )
+    assert firing_body(job, "job_1") == f'{head[:-1]}, "payload": {{"a": [1, 2]}}}}'.encode()
