@@ -12,6 +12,7 @@ with ``--env``): every worker polls every shard, as a small cluster would.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -39,7 +40,7 @@ from psycopg.rows import dict_row
 from benchmarks.progress import Progress
 from benchmarks.report import summary_line
 from benchmarks.sql import query
-from cluster.local import PgServer, ZkServer, find_free_port
+from cluster.local import PgServer, TansuBroker, ZkServer, find_free_port
 from cluster.store import migrate_shard
 
 __all__ = [
@@ -215,6 +216,8 @@ class BenchCluster:
         self.api_token: str | None = None
         self.zk: ZkServer | None = None
         self._zk_dir: Path | None = None
+        self.broker: TansuBroker | None = None
+        self._broker_dir: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -282,6 +285,11 @@ class BenchCluster:
         if self.zk is not None:
             self.zk.stop()
             self.zk = None
+        if self.broker is not None:
+            self.broker.kill()  # in-memory: nothing to keep, no drain to wait out
+            self.broker = None
+        if self._broker_dir is not None:
+            shutil.rmtree(self._broker_dir, ignore_errors=True)
         if self._zk_dir is not None and not self.spec.keep_data:
             shutil.rmtree(self._zk_dir, ignore_errors=True)
         for server in self.pg:
@@ -306,6 +314,8 @@ class BenchCluster:
         )
         if self.zk is not None:
             env["VAKIT_ZK"] = self.zk.connect_string + "/vakit"
+        if self.broker is not None:
+            env["VAKIT_KAFKA_BOOTSTRAP"] = self.broker.bootstrap
         env.update(self.spec.worker_env)
         return env
 
@@ -340,8 +350,9 @@ class BenchCluster:
     def start_scheduler(self, target: str) -> tuple[list[str], dict[str, Any]]:
         """Shards, the jobs' target and the workers, in that order.
 
-        ``target`` is ``noop`` or ``http`` (a sink started here). Returns the
-        shards' DSNs and the ``target`` object to give every job.
+        ``target`` is ``noop``, ``http`` (a sink started here) or ``kafka``
+        (a topic on a Tansu broker started here). Returns the shards' DSNs
+        and the ``target`` object to give every job.
         """
         dsns = self.start_shards()
         if self.spec.zookeeper and self.zk is None:
@@ -349,6 +360,8 @@ class BenchCluster:
         job_target: dict[str, Any] = {"kind": "NOOP"}
         if target == "http":
             job_target = {"kind": "HTTP", "url": self.start_sink()}
+        elif target == "kafka":
+            job_target = {"kind": "KAFKA", "topic": self.start_broker()}
         self.start_workers()
         return dsns, job_target
 
@@ -363,6 +376,28 @@ class BenchCluster:
         self.sink_url = f"http://127.0.0.1:{port}/fire"
         self._wait(lambda: _http_ok(f"http://127.0.0.1:{port}/count"), [proc], 30, "the sink")
         return self.sink_url
+
+    def sink_stats(self) -> dict[str, Any]:
+        """What the sink says of itself (``GET /stats``): firings answered
+        and its answer latency."""
+        assert self.sink_url is not None
+        url = self.sink_url.rsplit("/", 1)[0] + "/stats"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            stats: dict[str, Any] = json.loads(resp.read())
+        return stats
+
+    def start_broker(self, topic: str = "vakit-wave", partitions: int = 4) -> str:
+        """A Tansu broker (in-memory storage, as the tests run it) with
+        ``topic``; the workers produce to it (``VAKIT_KAFKA_BOOTSTRAP``).
+        Returns the topic."""
+        started = time.monotonic()
+        tmp = os.environ.get("VAKIT_BENCH_TMP")
+        self._broker_dir = Path(tempfile.mkdtemp(prefix="vakit-bench-kafka-", dir=tmp))
+        self.broker = TansuBroker(self._broker_dir / "tansu")
+        self.broker.start()
+        self.broker.create_topic(topic, partitions=partitions)
+        log.info("Kafka broker (Tansu) ready in %.1f s", time.monotonic() - started)
+        return topic
 
     def sink_count(self, flush: bool = False) -> int:
         """Firings the sink has answered; ``flush``: its record is written
@@ -617,6 +652,12 @@ class BenchCluster:
             try:
                 master = psutil.Process(pid)
                 groups["postgres"] += [master, *master.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        broker = self.broker.pid if self.broker is not None else None
+        if broker is not None:
+            try:
+                groups["broker"] = [psutil.Process(broker)]
             except psutil.NoSuchProcess:
                 pass
         return groups

@@ -59,7 +59,13 @@ def add_cluster_options(
         "--shards", type=int, default=2, help="PostgreSQL shards to start (ignored with --dsn)"
     )
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
-    parser.add_argument("--target", choices=("noop", "http"), default="noop")
+    parser.add_argument(
+        "--target",
+        choices=("noop", "http", "kafka"),
+        default="noop",
+        help="where jobs fire: NOOP, an HTTP sink on loopback (benchmarks.sink), or a "
+        "topic on a Tansu broker started here",
+    )
     parser.add_argument("--out", type=Path, default=Path(default_out), help="report directory")
     parser.add_argument(
         *claim_batch_flags,

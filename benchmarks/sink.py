@@ -11,6 +11,12 @@ parser (both already Vakit dependencies, through uvicorn) rather than a web
 framework: about a fifth of aiohttp.web's CPU per request. It reads each
 request whole (a real target would) and keeps connections alive.
 
+``GET /stats`` says what the sink itself cost, so a load tester can tell a
+figure of Vakit's from one of the sink's: firings answered, and the answer
+latency (from a request's first byte read to its answer written, in
+microseconds: p50, p99, max). Its CPU is the harness's to measure (its own
+process: ``usage.cpu_us_per_job.sink``).
+
 With ``--record PATH`` it also writes one line per firing to PATH: the
 arrival time (epoch seconds) and the firing's JSON body as it came (jobId,
 scheduledFor, attempt, payload), for an audit of what arrived how often
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import time
 from typing import IO, Any
@@ -41,6 +48,23 @@ class _Counter:
     # Where each firing is noted (``--record``); None: counted only.
     record: IO[bytes] | None = None
 
+    def __init__(self) -> None:
+        # Answer latency: answers per whole microsecond (capped at 1 s).
+        self.latency_us: dict[int, int] = {}
+
+    def stats(self) -> dict[str, object]:
+        total = sum(self.latency_us.values())
+        quantiles: dict[str, int | None] = {"p50": None, "p99": None, "max": None}
+        if total:
+            seen = 0
+            for us in sorted(self.latency_us):
+                seen += self.latency_us[us]
+                for name, q in (("p50", 0.5), ("p99", 0.99)):
+                    if quantiles[name] is None and seen >= q * total:
+                        quantiles[name] = us
+            quantiles["max"] = max(self.latency_us)
+        return {"firings": self.firings, "answer_latency_us": quantiles}
+
 
 class SinkProtocol(asyncio.Protocol):
     """One connection: each complete request is answered at once."""
@@ -51,6 +75,7 @@ class SinkProtocol(asyncio.Protocol):
         self.transport: Any = None  # uvloop's TCPTransport (not an asyncio.Transport subclass)
         self.url = b""
         self.body: list[bytes] = []
+        self.began = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -63,6 +88,9 @@ class SinkProtocol(asyncio.Protocol):
             self.transport.close()
 
     # httptools callbacks
+    def on_message_begin(self) -> None:
+        self.began = time.perf_counter_ns()
+
     def on_url(self, url: bytes) -> None:
         self.url = url
 
@@ -81,6 +109,17 @@ class SinkProtocol(asyncio.Protocol):
                 record.write(b"%.6f %s\n" % (time.time(), b"".join(self.body)))
                 self.body.clear()
             self.transport.write(_OK)
+            us = min((time.perf_counter_ns() - self.began) // 1000, 1_000_000)
+            latency = self.counter.latency_us
+            latency[us] = latency.get(us, 0) + 1
+        elif method == b"GET" and self.url == b"/stats":
+            text = json.dumps(self.counter.stats()).encode()
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                + str(len(text)).encode()
+                + b"\r\n\r\n"
+                + text
+            )
         elif method == b"GET" and self.url in (b"/count", b"/flush"):
             if self.url == b"/flush" and self.counter.record is not None:
                 self.counter.record.flush()

@@ -248,6 +248,7 @@ def run(opts: WaveOptions) -> dict[str, Any]:
         counters = cluster.worker_counters()
         statements = cluster.statement_stats()
         sink_count = cluster.sink_count() if opts.target == "http" else None
+        sink = cluster.sink_stats() if opts.target == "http" else None
         # The ceiling runs with no scheduler at all: the workers would claim
         # the batched ceiling's rows, and poll (and use CPU) in any mode.
         cluster.stop_processes()
@@ -301,6 +302,16 @@ def run(opts: WaveOptions) -> dict[str, Any]:
         "wal": wal,
         "worker_counters": counters,
         "sink_firings": sink_count,
+        # Is the figure Vakit's or the sink's? Its answer latency, and how
+        # much of a core it was busy during the drain (1.0: saturated).
+        "sink": None
+        if sink is None
+        else {
+            **sink,
+            "cpu_busy_fraction": round(usage.cpu_seconds.get("sink", 0.0) / usage.seconds, 3)
+            if usage.seconds
+            else None,
+        },
         "pg_top_statements": statements,
         "worker_profile": profile,
         "settings": {

@@ -11,7 +11,8 @@ pyproject.toml's import contracts).
 from __future__ import annotations
 
 from cluster.local.childproc import find_free_port
+from cluster.local.kafkaserver import TansuBroker
 from cluster.local.pgserver import PgServer
 from cluster.local.zkserver import ZkServer
 
-__all__ = ["PgServer", "ZkServer", "find_free_port"]
+__all__ = ["PgServer", "TansuBroker", "ZkServer", "find_free_port"]

@@ -8,8 +8,8 @@ business logic of its own.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _json_str
 from typing import TYPE_CHECKING, Protocol
 
 from cluster.instants import format_instant
@@ -67,15 +67,14 @@ def firing_body(job: ClaimedJob, job_id: str, scheduled_for: str | None = None) 
     ``{"jobId", "type", "scheduledFor", "attempt", "payload"}``, the payload
     spliced in as stored. ``scheduled_for``: the job's, already formatted
     (a target writes it three times a firing and formats it once)."""
-    head = json.dumps(
-        {
-            "jobId": job_id,
-            "type": job.type,
-            "scheduledFor": scheduled_for or format_instant(job.scheduled_for),
-            "attempt": job.attempt,
-        }
-    )
-    return f'{head[:-1]}, "payload": {job.payload_json}}}'.encode()
+    # Written out as json.dumps writes this dict (its separators, its ASCII
+    # escapes: the same C function), byte for byte: a dict and the encoder's
+    # machinery were most of the body's cost, made for every firing.
+    return (
+        f'{{"jobId": {_json_str(job_id)}, "type": {_json_str(job.type)}, '
+        f'"scheduledFor": {_json_str(scheduled_for or format_instant(job.scheduled_for))}, '
+        f'"attempt": {int(job.attempt)}, "payload": {job.payload_json}}}'
+    ).encode()
 
 
 def idempotency_key(job: ClaimedJob, job_id: str, scheduled_for: str | None = None) -> str:

@@ -56,6 +56,7 @@ class Signer:
 
     def __init__(self, secrets: Mapping[str, Iterable[str]] | None = None) -> None:
         self._keys: dict[str, tuple[hmac.HMAC, ...]] = {}
+        self._second, self._second_text = -1, ""
         for owner, owner_secrets in (secrets or {}).items():
             keys = tuple(
                 hmac.new(decode_secret(s), digestmod=hashlib.sha256) for s in owner_secrets
@@ -69,16 +70,39 @@ class Signer:
     def headers(self, owner: str | None, msg_id: str, body: bytes) -> list[tuple[str, str]]:
         """The ``webhook-*`` headers of one firing (no signature for an
         owner without a secret)."""
-        timestamp = str(int(time.time()))
+        timestamp = self._timestamp()
         out = [("webhook-id", msg_id), ("webhook-timestamp", timestamp)]
-        keys = self._keys.get(owner) if owner is not None else None
-        if keys:
-            signed = f"{msg_id}.{timestamp}.".encode()
-            signatures = []
-            for prepared in keys:
-                h = prepared.copy()
-                h.update(signed)
-                h.update(body)
-                signatures.append("v1," + base64.b64encode(h.digest()).decode())
-            out.append(("webhook-signature", " ".join(signatures)))
+        signature = self._signature(owner, msg_id, timestamp, body)
+        if signature is not None:
+            out.append(("webhook-signature", signature))
         return out
+
+    def header_lines(self, owner: str | None, msg_id: str, body: bytes) -> str:
+        """:meth:`headers` as HTTP/1.1 header lines (the HTTP target writes
+        its request as text)."""
+        timestamp = self._timestamp()
+        lines = f"webhook-id: {msg_id}\r\nwebhook-timestamp: {timestamp}\r\n"
+        signature = self._signature(owner, msg_id, timestamp, body)
+        if signature is not None:
+            lines += f"webhook-signature: {signature}\r\n"
+        return lines
+
+    def _timestamp(self) -> str:
+        # A wave's firings share their second: formatted once per second.
+        now = int(time.time())
+        if now != self._second:
+            self._second, self._second_text = now, str(now)
+        return self._second_text
+
+    def _signature(self, owner: str | None, msg_id: str, timestamp: str, body: bytes) -> str | None:
+        keys = self._keys.get(owner) if owner is not None else None
+        if not keys:
+            return None
+        signed = f"{msg_id}.{timestamp}.".encode()
+        signatures = []
+        for prepared in keys:
+            h = prepared.copy()
+            h.update(signed)
+            h.update(body)
+            signatures.append("v1," + base64.b64encode(h.digest()).decode())
+        return " ".join(signatures)

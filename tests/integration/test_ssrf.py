@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import aiohttp
 import httpx
 import pytest
 
@@ -34,8 +33,9 @@ from cluster.processes import build_targets
 from cluster.store.memory import MemStore
 from cluster.store.memory_cron import MemCronStore
 from cluster.store.postgres import PgStore
-from cluster.targets.http import HttpTarget, guarded_socket_factory
-from cluster.targets.policy import AddressPolicy
+from cluster.targets.http import HttpTarget
+from cluster.targets.httpclient import HttpClient
+from cluster.targets.policy import AddressPolicy, AddressRefused
 from cluster.worker.worker import Worker
 from tests.helpers import claimed_job, eventually
 from tests.integration.test_api import client_for
@@ -248,18 +248,19 @@ async def test_control_granted_loopback_reaches_the_listener(listener: Listener)
     assert len(listener.peers) == before + 1
 
 
-@pytest.mark.parametrize("host", ["localhost", HOSTNAME, "127.0.0.1", "[::1]"])
-async def test_the_socket_factory_alone_refuses_loopback(listener: Listener, host: str) -> None:
-    # aiohttp's own resolver (no policy in it) and no parse beforehand: the
-    # check of the address a socket is for is enough on its own, literals
-    # included (aiohttp does not ask the resolver about those).
+@pytest.mark.parametrize("host", ["localhost", HOSTNAME, "127.0.0.1", "::1"])
+async def test_the_client_alone_refuses_loopback(listener: Listener, host: str) -> None:
+    # The client with no parse beforehand: the check of the address a
+    # socket is for is enough on its own, literals included.
     policy = AddressPolicy.from_list([], allow_private=False)
     before = len(listener.peers)
-    connector = aiohttp.TCPConnector(socket_factory=guarded_socket_factory(policy))
-    async with aiohttp.ClientSession(connector=connector) as session:
-        with pytest.raises(aiohttp.ClientConnectorError) as caught:
-            await session.post(f"http://{host}:{listener.port}/", data=b"{}")
-    assert "refused by the target policy" in str(caught.value.os_error)
+    client = HttpClient(policy)
+    try:
+        with pytest.raises(AddressRefused) as caught:
+            await client.post(("http", host, listener.port), b"POST / HTTP/1.1\r\n\r\n", 2.0)
+    finally:
+        await client.close()
+    assert "refused" in str(caught.value)
     assert len(listener.peers) == before
 
 

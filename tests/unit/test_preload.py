@@ -8,6 +8,7 @@ until a wave's instant (held jobs are released by ``stop``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tracemalloc
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -28,7 +29,9 @@ from cluster.model import (
 )
 from cluster.store.memory import MemStore
 from cluster.targets import FireResult
+from cluster.targets.http import HttpTarget
 from cluster.targets.noop import NoopTarget
+from cluster.targets.policy import AddressPolicy
 from cluster.worker.preload import JOB_BYTES, budget_jobs, plan_preload, wave_threshold
 from cluster.worker.worker import Worker
 
@@ -260,14 +263,15 @@ class RowStore:
 
     shard_count = 1
 
-    def __init__(self, count: int, due: datetime) -> None:
+    def __init__(self, count: int, due: datetime, target: dict[str, object] | None = None) -> None:
         self.left = count
         self.due = due.timestamp()
+        self.target = target or {"kind": "NOOP"}
 
     async def claim_jobs(self, shard: int, params: ClaimParams) -> list[ClaimedJob]:
         n = min(params.limit, self.left)
         self.left -= n
-        target = {"kind": "NOOP"}
+        target = self.target
         return [
             ClaimedJob(
                 shardmap.new_uuid(0),
@@ -313,6 +317,52 @@ async def test_a_held_and_started_job_costs_less_than_job_bytes() -> None:
         tracemalloc.stop()
     assert per_job < JOB_BYTES, per_job
     assert w.inflight_count == n  # outcomes still queued: the peak, not after it
+
+
+async def test_an_http_firing_waiting_for_a_connection_costs_less_than_job_bytes() -> None:
+    # The HTTP target's peak: a wave's firings started at once and most of
+    # them waiting for one of the pool's connections (the receiver here
+    # never answers). A worker held 650 MB for 50,000 of them on aiohttp.
+    n, pool = 5_000, 20
+    requests = 0
+    done = asyncio.Event()
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        with contextlib.suppress(Exception):
+            await reader.readuntil(b"\r\n\r\n")
+            requests += 1
+            await done.wait()
+        writer.close()
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    due = datetime.now(UTC) + timedelta(seconds=0.3)
+    knobs: dict[str, object] = {"shards": ["x"], "prefetch_seconds": 10, "max_inflight": n, "claim_batch": 1_000}
+    settings = Settings(**knobs)  # type: ignore[arg-type]
+    store = RowStore(n, due, {"kind": "HTTP", "url": f"http://127.0.0.1:{port}/fire"})
+    target = HttpTarget(AddressPolicy(allow_private=True), pool)
+    w = Worker(settings, store, StaticCoordinator("w", 1), {"HTTP": target}, worker_id="w")  # type: ignore[arg-type]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        while await w.run_once(0):
+            pass
+        for _ in range(300):  # until every job has started and the pool is busy
+            if requests == pool and sum(1 for e in w.inflight(0).values() if e.task) == n:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # the rest reach the pool's queue
+        assert requests == pool
+        per_job = (tracemalloc.get_traced_memory()[0] - before) / n
+    finally:
+        tracemalloc.stop()
+        await w.stop(grace=0)
+        await target.close()
+        done.set()
+        server.close()
+        await server.wait_closed()
+    assert per_job < JOB_BYTES, per_job
 
 
 
