@@ -188,6 +188,7 @@ def claimed_job(
     scheduled_for: datetime | None = None,
     timeout: int = 30,
     owner: str | None = None,
+    run_at: datetime | None = None,
 ) -> ClaimedJob:
     """A job as a worker holds it after a claim, for firing a target directly."""
     when = scheduled_for or datetime(2026, 11, 30, tzinfo=UTC)
@@ -197,7 +198,7 @@ def claimed_job(
         max_attempts=5,
         type=type,
         scheduled_for=when,
-        run_at=when,
+        run_at=run_at or when,
         timeout_seconds=timeout,
         target=target,
         payload_json=payload_json,

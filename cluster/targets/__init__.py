@@ -65,14 +65,20 @@ class Target(Protocol):
 def firing_body(job: ClaimedJob, job_id: str, scheduled_for: str | None = None) -> bytes:
     """The JSON document a firing carries (HTTP body, Kafka record value):
     ``{"jobId", "type", "scheduledFor", "attempt", "payload"}``, the payload
-    spliced in as stored. ``scheduled_for``: the job's, already formatted
-    (a target writes it three times a firing and formats it once)."""
+    spliced in as stored, and ``runAt`` after ``scheduledFor`` when this
+    attempt was due at another time (a calendar moved the cron's run, or a
+    retry's backoff): the nominal time and the actual one. ``scheduled_for``:
+    the job's, already formatted (a target writes it three times a firing and
+    formats it once)."""
     # Written out as json.dumps writes this dict (its separators, its ASCII
     # escapes: the same C function), byte for byte: a dict and the encoder's
     # machinery were most of the body's cost, made for every firing.
+    moved = (
+        f', "runAt": "{format_instant(job.run_at)}"' if job.run_at != job.scheduled_for else ""
+    )
     return (
         f'{{"jobId": {_json_str(job_id)}, "type": {_json_str(job.type)}, '
-        f'"scheduledFor": {_json_str(scheduled_for or format_instant(job.scheduled_for))}, '
+        f'"scheduledFor": {_json_str(scheduled_for or format_instant(job.scheduled_for))}{moved}, '
         f'"attempt": {int(job.attempt)}, "payload": {job.payload_json}}}'
     ).encode()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 
 import pytest
 
@@ -168,3 +169,10 @@ def test_the_firing_body_is_json_dumps_text_byte_for_byte(type_: str) -> None:
         {"jobId": "job_1", "type": type_, "scheduledFor": format_instant(job.scheduled_for), "attempt": 3}
     )
     assert firing_body(job, "job_1") == f'{head[:-1]}, "payload": {{"a": [1, 2]}}}}'.encode()
+    # A run a calendar moved (or a retry's backoff): the actual time after the nominal one.
+    moved = job._replace(run_at=job.scheduled_for + timedelta(days=1, microseconds=5))
+    head = json.dumps(
+        {"jobId": "job_1", "type": type_, "scheduledFor": format_instant(job.scheduled_for),
+         "runAt": format_instant(moved.run_at), "attempt": 3}
+    )  # fmt: skip
+    assert firing_body(moved, "job_1") == f'{head[:-1]}, "payload": {{"a": [1, 2]}}}}'.encode()

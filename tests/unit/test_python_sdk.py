@@ -250,7 +250,13 @@ def test_a_firing_signed_by_the_server_verifies() -> None:
     headers = dict(Signer({"svc": [secret, old]}).headers("svc", "job_1:2030-01-01T00:00:00Z", body))
     firing = verify_firing(body, headers, secret)
     assert (firing.job_id, firing.attempt, firing.payload) == ("job_1", 2, {"a": 1})
-    assert firing.idempotency_key == "job_1:2030-01-01T00:00:00Z"
+    assert firing.idempotency_key == "job_1:2030-01-01T00:00:00Z" and firing.run_at is None
+    # A run a calendar moved: the actual time beside the nominal one.
+    moved = body.replace(b'"attempt"', b'"runAt": "2030-01-02T00:00:00Z", "attempt"')
+    moved_headers = dict(Signer({"svc": [secret]}).headers("svc", "job_1:2030-01-01T00:00:00Z", moved))
+    firing = verify_firing(moved, moved_headers, secret)
+    assert firing.scheduled_for == datetime(2030, 1, 1, tzinfo=UTC)
+    assert firing.run_at == datetime(2030, 1, 2, tzinfo=UTC)
     # Either secret of a rotation verifies; header names in any case.
     verify_firing(body, {k.title(): v for k, v in headers.items()}, ["unrelated-secret-123456", old])
     with pytest.raises(InvalidSignature, match="verifies"):

@@ -45,6 +45,10 @@ class Firing:
     payload: Any
     idempotency_key: str
     raw: dict[str, Any] = field(repr=False)
+    run_at: datetime | None = None
+    """When this attempt was due, where that is not ``scheduled_for``: a
+    calendar moved the cron's run (the slot stays ``scheduled_for``), or a
+    retry's backoff. None otherwise."""
 
 
 def _key(secret: str) -> bytes:
@@ -113,4 +117,5 @@ def verify_firing(
         payload=doc.get("payload"),
         idempotency_key=msg_id,
         raw=doc,
+        run_at=parse_instant(doc["runAt"]) if "runAt" in doc else None,
     )
