@@ -15,13 +15,13 @@ needs root; without it that kind is left out and the verdict says so
 
 from __future__ import annotations
 
+import os
 import random
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from benchmarks.campaign.history import Fault, Recorder
 from benchmarks.campaign.nodes import SESSION_SECONDS, Cluster
@@ -119,6 +119,21 @@ def _link(how: str) -> _Inject:
     return inject
 
 
+def _fill(path: Path) -> int:
+    """Allocate ``path`` until the file system is full; returns its size. In
+    halving chunks: a free-space figure read first is not what the next
+    allocation gets (the file system's own pages, other writers)."""
+    size, chunk = 0, 64 << 20
+    with open(path, "wb") as f:
+        while chunk >= 4096:
+            try:
+                os.posix_fallocate(f.fileno(), size, chunk)
+                size += chunk
+            except OSError:
+                chunk //= 2
+    return size
+
+
 def _disk_full(c: Cluster, rng: random.Random, take: Callable[[str], bool]) -> _Injection | None:
     full = [s for s in c.shards if s.disk is not None]
     if not full or not take(f"shard{full[0].index}"):
@@ -126,12 +141,11 @@ def _disk_full(c: Cluster, rng: random.Random, take: Callable[[str], bool]) -> _
     shard = full[0]
     assert shard.disk is not None
     filler = shard.disk / "filler"
-    # All the free space but a page: the next new WAL segment, relation
-    # extension or temporary file fails with ENOSPC. Writes into space the
-    # shard holds already (a preallocated WAL segment, a page with room) go
-    # on, as on a real full disk: the fault bites when the shard grows.
-    size = max(shutil.disk_usage(shard.disk).free - 4096, 0)
-    subprocess.run(["fallocate", "-l", str(size), str(filler)], check=True)
+    # Every free page: the next new WAL segment, relation extension or
+    # temporary file fails with ENOSPC. Writes into space the shard holds
+    # already (a preallocated WAL segment, a page with room) go on, as on a
+    # real full disk: the fault bites when the shard grows.
+    size = _fill(filler)
 
     def undo() -> None:
         filler.unlink(missing_ok=True)
