@@ -64,6 +64,7 @@ def test_a_clean_history_counts_nothing_and_at_least_once_is_allowed() -> None:
     assert v.clean and v.operations == 2
     assert v.as_dict()["acknowledged_creates"] == 2
     assert v.as_dict()["on_time_outside_faults"] == {"firings": 2, "within_5s": 2, "fraction": 1.0}
+    assert v.as_dict()["lateness_seconds"] == {"p50": 0.2, "p99": 0.2, "max": 0.2}
 
 
 def test_lost_job() -> None:
