@@ -25,7 +25,7 @@ ZK_JAR := /usr/share/java/zookeeper.jar
 TS := clients/typescript
 TS_STAMP := $(TS)/node_modules/.installed
 
-.PHONY: run test setup lock os-deps lint typecheck unit integration faults bench docs ts-client clean
+.PHONY: run test setup lock os-deps lint typecheck unit integration faults bench campaign docs ts-client clean
 
 setup: os-deps $(STAMP) $(TS_STAMP)
 
@@ -92,10 +92,19 @@ test: setup lint
 bench: setup
 	$(BIN)/python -m benchmarks.wave
 
+# The fault campaign (issue 46, docs/campaign.md): a real local cluster under
+# load while a nemesis injects faults at random from SEED (random when not
+# given; printed either way), then a checker writes $(OUT)/verdict.json.
+# setup installs what it needs (libfaketime among the OS packages).
+DURATION ?= 600
+OUT ?= campaign-out
+campaign: setup
+	$(BIN)/python -m benchmarks.campaign --duration $(DURATION) --out $(OUT) $(if $(SEED),--seed $(SEED))
+
 # The documentation site (mkdocs.yml) into site/; --strict: a broken link
 # between pages fails the build (tests/unit/test_docs.py builds it too).
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) $(UV_HOME) .vakit bench-out site $(TS)/node_modules $(TS)/dist
+	rm -rf $(VENV) $(UV_HOME) .vakit bench-out campaign-out site $(TS)/node_modules $(TS)/dist

@@ -168,3 +168,14 @@ SELECT (SELECT count(*) FROM jobs
          WHERE owner_service = ANY(%(owners)s) AND scheduled_for <= %(until)s)
      + (SELECT count(*) FROM jobs_far
          WHERE owner_service = ANY(%(owners)s) AND scheduled_for <= %(until)s) AS n;
+
+-- name: campaign_job_states
+-- The fault campaign's final state: where each acknowledged job is now.
+-- A job is in exactly one of the three tables; the history's status wins
+-- if a move were ever caught half way.
+SELECT id, status, 1 AS rank FROM job_history WHERE id = ANY(%(ids)s)
+UNION ALL
+SELECT id, status, 2 AS rank FROM jobs WHERE id = ANY(%(ids)s)
+UNION ALL
+SELECT id, status, 3 AS rank FROM jobs_far WHERE id = ANY(%(ids)s)
+ORDER BY rank DESC;

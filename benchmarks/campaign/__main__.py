@@ -1,0 +1,7 @@
+"""``python -m benchmarks.campaign``: see :mod:`benchmarks.campaign.run`."""
+
+from __future__ import annotations
+
+from benchmarks.campaign.run import main
+
+main()
