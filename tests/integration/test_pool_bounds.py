@@ -16,7 +16,6 @@ import socket
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
 from cluster.errors import ShardUnavailable
 from cluster.store.pgshards import PgShards
@@ -95,14 +94,18 @@ async def test_the_keepalives_reach_the_kernel_on_pooled_and_listening_connectio
     try:
         async with shards.connection(0) as conn:
             assert _socket_options(conn.pgconn.socket) == expected
-        before = set(os.listdir(f"/proc/{os.getpid()}/fd"))
         listening = shards.listen(1, "vakit_keepalive_probe")
         await anext(listening)
         try:
-            # The socket LISTEN opened (outside the pool): the one new one.
-            port = int(str(conninfo_to_dict(shard_dsns[1]).get("port") or 5432))
-            new = set(os.listdir(f"/proc/{os.getpid()}/fd")) - before
-            found = [_socket_options(int(fd)) for fd in new if _peer_port(int(fd)) == port]
+            # LISTEN's own connection (outside the pool), by its client port.
+            with psycopg.connect(shard_dsns[1], autocommit=True) as admin:
+                row = admin.execute(
+                    "SELECT client_port FROM pg_stat_activity"
+                    " WHERE query LIKE 'LISTEN%vakit_keepalive_probe%'"
+                ).fetchone()
+            assert row is not None
+            fds = [int(fd) for fd in os.listdir(f"/proc/{os.getpid()}/fd")]
+            found = [_socket_options(fd) for fd in fds if _local_port(fd) == row[0]]
             assert found == [expected], found
         finally:
             await listening.aclose()
@@ -110,11 +113,11 @@ async def test_the_keepalives_reach_the_kernel_on_pooled_and_listening_connectio
         await shards.close()
 
 
-def _peer_port(fd: int) -> int | None:
+def _local_port(fd: int) -> int | None:
     try:
         with socket.socket(fileno=os.dup(fd)) as dup:
             if dup.family not in (socket.AF_INET, socket.AF_INET6):
                 return None
-            return int(dup.getpeername()[1])
+            return int(dup.getsockname()[1])
     except OSError:
         return None
