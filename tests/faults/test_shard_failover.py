@@ -43,6 +43,7 @@ import shardmap
 from cluster.local.pgserver import PgServer
 from cluster.local.replica import ReplicatedShard, start_standby, sync_primary_settings
 from cluster.store.migrate import migrate_shard
+from tests.faults.test_link_faults import timed
 from tests.faults.test_postgres_crash import children, crash
 from tests.faults.test_worker_faults import SHARD_MAP, assert_unavailable, key_on
 from tests.helpers import wait_for
@@ -126,13 +127,6 @@ def frozen(server: PgServer) -> Iterator[list[int]]:
                 os.kill(p, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-
-
-def timed(call: object) -> tuple[httpx.Response, float]:
-    started = time.monotonic()
-    resp = call() if callable(call) else call
-    assert isinstance(resp, httpx.Response)
-    return resp, time.monotonic() - started
 
 
 def test_a_frozen_shard_costs_a_bounded_wait_and_the_other_keeps_its_pace(
@@ -235,17 +229,10 @@ def test_a_promoted_standby_keeps_every_acknowledged_create(cluster: Cluster) ->
         time.sleep(1)
 
     statuses = [status for status, _ in load.answers.values()]
-    refused = [k for k, (status, _) in load.answers.items() if status not in (200, 201)]
+    refused = load.refused()
     assert set(statuses) <= {0, 200, 201, 503}, sorted(set(statuses))
     with cluster.client() as client:
-        for key in refused:
-            resp = client.post(
-                "/api/v1/jobs", json=load.body(key), headers={"Idempotency-Key": key}
-            )
-            assert resp.status_code in (200, 201), resp.text
-            load.answers[key] = (resp.status_code, resp.json()["jobId"])
-    accepted = {key: job for key, (_, job) in load.answers.items() if job}
-    assert len(accepted) == len(load.answers)
+        accepted = load.retry_refused(client)
     ids = [shardmap.decode_id("job", j) for j in accepted.values()]
 
     def done() -> int:
