@@ -15,8 +15,10 @@ keepalives (with ``tcp_user_timeout``), so a statement cannot run forever and
 a link that dies silently is noticed by the kernel. A shard whose link is cut
 while the sockets stay open (a partition behind a proxy, a SIGSTOPped
 server) answers nothing at all, and only the client can end the wait: a
-request to a shard is given ``statement_timeout`` plus ``connect_timeout``,
-and past it its connection is severed (:class:`_Watchdog`), which fails the
+checkout is given ``statement_timeout`` plus ``connect_timeout`` in all (the
+pool's wait and the idle check included), or less when its caller bound its
+calls (:mod:`cluster.store.deadline`: the API's ``api_shard_timeout``), and
+past it its connection is severed (:class:`_Watchdog`), which fails the
 request as :class:`ShardUnavailable` at once and leaves the pool to discard
 that connection. The other shards' pools are untouched.
 """
