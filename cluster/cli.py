@@ -75,6 +75,13 @@ def main() -> None:
 @main.command()
 @click.option("--shards", default=2, show_default=True, help="PostgreSQL shards to start.")
 @click.option("--workers", default=2, show_default=True, help="Worker processes to start.")
+@click.option(
+    "--replicas",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 1),
+    help="Synchronous standbys per shard; a standby is promoted when its primary dies.",
+)
 @click.option("--data-dir", default=".vakit", show_default=True, type=click.Path(file_okay=False))
 @click.option("--api-port", default=8080, show_default=True, help="0 picks a free port.")
 @click.option("--zookeeper/--no-zookeeper", default=True, show_default=True)
@@ -87,6 +94,7 @@ def main() -> None:
 def up(
     shards: int,
     workers: int,
+    replicas: int,
     data_dir: str,
     api_port: int,
     zookeeper: bool,
@@ -113,6 +121,7 @@ def up(
         Path(data_dir),
         shards=shards,
         workers=workers,
+        replicas=replicas,
         api_port=api_port,
         zookeeper=zookeeper,
         kafka=kafka,

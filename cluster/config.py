@@ -82,15 +82,23 @@ class Settings(BaseSettings):
         10.0,
         gt=0,
         description="PostgreSQL's statement_timeout on every pool connection, in seconds. "
-        "A request to a shard that has not answered after this plus connect_timeout "
-        "(a cut link, a hung server) is abandoned: the API answers 503, the worker "
-        "backs off from that shard alone.",
+        "A worker's call to a shard that has not answered after this plus connect_timeout, "
+        "pool wait included (a cut link, a frozen server), is abandoned: the worker backs "
+        "off from that shard alone. The API's calls have api_shard_timeout.",
     )
     idle_in_transaction_timeout: float = Field(
         30.0,
         gt=0,
         description="PostgreSQL's idle_in_transaction_session_timeout, in seconds: a "
         "transaction left open by a process that hung releases its locks.",
+    )
+    api_shard_timeout: float = Field(
+        2.5,
+        gt=0,
+        description="Seconds an API request waits on a shard for one operation, in all "
+        "(the pool, the statements, a create's retry): a shard that answers nothing "
+        "(frozen, cut off) costs a request this much, then a 503 with Retry-After. The "
+        "workers and the API's background work keep statement_timeout + connect_timeout.",
     )
     tcp_keepalive_seconds: float = Field(
         10.0,

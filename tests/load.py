@@ -79,3 +79,21 @@ class Load:
         self._stop.set()
         for thread in self._threads:
             thread.join(30)
+
+    def refused(self) -> list[str]:
+        """The keys whose create got no 2xx (a 503, or no answer)."""
+        return [k for k, (status, _) in self.answers.items() if status not in (200, 201)]
+
+    def retry_refused(self, client: httpx.Client) -> dict[str, str]:
+        """Send every refused create again with its key: created now, or
+        already (its commit landed before the fault), one job either way.
+        Returns the job of every key, all of them answered now."""
+        for key in self.refused():
+            resp = client.post(
+                "/api/v1/jobs", json=self.body(key), headers={"Idempotency-Key": key}
+            )
+            assert resp.status_code in (200, 201), resp.text
+            self.answers[key] = (resp.status_code, resp.json()["jobId"])
+        accepted = {key: job for key, (_, job) in self.answers.items() if job}
+        assert len(accepted) == len(self.answers)
+        return accepted

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -384,7 +385,9 @@ class ProcessHarness:
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         merged: dict[str, object] = {**self.settings, **settings}
-        merged["shards"] = ",".join(self.shards)
+        # A DSN with several hosts (a replicated shard) has commas: a JSON list.
+        multi = any("," in dsn for dsn in self.shards)
+        merged["shards"] = json.dumps(self.shards) if multi else ",".join(self.shards)
         for key, value in merged.items():
             if value is not None:
                 env[f"VAKIT_{key.upper()}"] = (

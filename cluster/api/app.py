@@ -50,6 +50,7 @@ from cluster.coordination.base import ClusterView
 from cluster.errors import Overloaded, PayloadTooLarge, VakitError
 from cluster.looplag import watch_event_loop
 from cluster.resharding.port import Resharding
+from cluster.store import deadline as shard_waits
 from cluster.store.contracts.api import ApiJobStore
 from cluster.store.contracts.cron_intake import CronIntake
 
@@ -249,6 +250,9 @@ class RequestAccounting:
         self.max_body = settings.max_payload_bytes + 16 * 1024
         self.max_batch_body = max(self.max_body, BATCH_MAX_BYTES)
         self.max_in_flight = settings.api_max_concurrency
+        # A request's wait on a shard (a frozen one answers nothing): its
+        # store calls get this long, not the workers' bound.
+        self.shard_bound = settings.api_shard_timeout
         self.in_flight = 0
         # Metric children by labels: .labels() takes a lock and hashes per call.
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
@@ -307,6 +311,7 @@ class RequestAccounting:
                 return
             self.in_flight += 1
             token = logs.bind(request_id=_request_id(scope))
+            bound = shard_waits.bind(self.shard_bound)
             try:
                 body: bytes | None = None
                 if scope["method"] in _WITH_BODY:
@@ -335,6 +340,7 @@ class RequestAccounting:
                     await self.app(scope, receive, send_status)
             finally:
                 self.in_flight -= 1
+                shard_waits.unbind(bound)
                 logs.unbind(token)
         finally:
             method = scope["method"]
@@ -375,10 +381,12 @@ class RequestAccounting:
             return None
         self.in_flight += 1
         token = logs.bind(request_id=_request_id(scope))
+        bound = shard_waits.bind(self.shard_bound)
         try:
             response = await self._answer_fast(fast, scope, body)
         finally:
             self.in_flight -= 1
+            shard_waits.unbind(bound)
             logs.unbind(token)
         if response is None:
             scope[_DECLINED] = True

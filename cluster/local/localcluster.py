@@ -23,6 +23,12 @@ from typing import Any
 
 from cluster.local.childproc import find_free_port
 from cluster.local.pgserver import PgServer
+from cluster.local.replica import (
+    ReplicatedShard,
+    forget_standbys,
+    start_standby,
+    sync_primary_settings,
+)
 from cluster.store.migrate import migrate_shard
 
 __all__ = ["ChildExited", "LocalCluster", "ready_banner"]
@@ -69,6 +75,10 @@ class LocalCluster:
     data_dir: Path
     shards: int = 2
     workers: int = 2
+    # Synchronous streaming standbys per shard (0 or 1): the shard's DSN
+    # lists them all (multi-host), and the supervisor promotes a standby
+    # when its primary dies.
+    replicas: int = 0
     api_port: int = 0
     api_metrics_port: int = 0
     zookeeper: bool = True
@@ -78,6 +88,7 @@ class LocalCluster:
     quiet: bool = False
 
     pg: list[PgServer] = field(default_factory=list, init=False)
+    replicated: list[ReplicatedShard] = field(default_factory=list, init=False)
     zk: Any = field(default=None, init=False)
     broker: Any = field(default=None, init=False)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list, init=False)
@@ -98,6 +109,8 @@ class LocalCluster:
 
     @property
     def dsns(self) -> list[str]:
+        if self.replicated:
+            return [shard.dsn("postgres") for shard in self.replicated]
         return [s.dsn for s in self.pg]
 
     def _load_state(self) -> None:
@@ -111,8 +124,13 @@ class LocalCluster:
             )
 
     def _save_state(self) -> None:
+        primaries = [r.primary for r in self.replicated] if self.replicated else self.pg
         self.state.update(
-            shards=[{"port": s.port, "dir": str(s.data_dir)} for s in self.pg],
+            shards=[{"port": s.port, "dir": str(s.data_dir)} for s in primaries],
+            standbys=[
+                [{"port": s.port, "dir": str(s.data_dir)} for s in r.servers[1:]]
+                for r in self.replicated
+            ],
             token=self.token,
         )
         (self.data_dir / "cluster.json").write_text(json.dumps(self.state, indent=2))
@@ -144,13 +162,25 @@ class LocalCluster:
         self._load_state()
         self.token = self.state.get("token") or secrets.token_urlsafe(18)
         saved = self.state.get("shards", [])
+        saved_standbys = self.state.get("standbys", [])
         for i in range(self.shards):
             port = saved[i]["port"] if i < len(saved) and _port_free(saved[i]["port"]) else None
-            server = PgServer(self.data_dir / f"pg{i}", port, durable=self.durable)
+            # After a promotion the state names the promoted server's directory.
+            where = Path(saved[i]["dir"]) if i < len(saved) else self.data_dir / f"pg{i}"
+            server = PgServer(
+                where,
+                port,
+                durable=self.durable,
+                extra_settings=sync_primary_settings() if self.replicas else None,
+            )
             self.say(f"starting PostgreSQL shard {i} on port {server.port}")
             server.start()
             self.pg.append(server)
+            # A standby named by an earlier run is not there yet.
+            forget_standbys(server)
             migrate_shard(server.dsn, i)
+            if self.replicas:
+                self.replicated.append(self._standbys(i, server, saved_standbys))
         self._save_state()
         env = self._env()
         if self.zookeeper:
@@ -183,6 +213,37 @@ class LocalCluster:
             self.worker_ports.append(port)
             self._spawn(f"worker-{w}", self._worker_env(env, w, port))
 
+    def _standbys(
+        self, shard: int, primary: PgServer, saved: list[list[dict[str, Any]]]
+    ) -> ReplicatedShard:
+        """Shard ``shard``'s standbys, each a fresh copy of ``primary`` (one
+        left from before a promotion has diverged from it)."""
+        servers = [primary]
+        for r in range(self.replicas):
+            old = saved[shard][r] if shard < len(saved) and r < len(saved[shard]) else {}
+            # The directory not in use by the primary (they swap on promotion).
+            names = [f"pg{shard}", f"pg{shard}-standby{r}"]
+            name = next(n for n in names if self.data_dir / n != primary.data_dir)
+            port = old.get("port") if old and _port_free(old["port"]) else None
+            self.say(f"starting a synchronous standby of shard {shard}")
+            servers.append(start_standby(primary, self.data_dir / name, port, durable=self.durable))
+        return ReplicatedShard(servers)
+
+    def fail_over_lost_primaries(self) -> list[str]:
+        """Promote the standby of every shard whose primary is gone (what
+        Patroni does in production); one line per promotion."""
+        said = []
+        for i, shard in enumerate(self.replicated):
+            if len(shard.servers) > 1 and shard.primary_lost():
+                lost = shard.primary.port
+                took = shard.fail_over()
+                said.append(
+                    f"shard {i}: primary on port {lost} lost; standby on port "
+                    f"{shard.primary.port} promoted in {took:.2f} s"
+                )
+                self._save_state()
+        return said
+
     @staticmethod
     def _api_env(env: dict[str, str], port: int, metrics_port: int) -> dict[str, str]:
         return {
@@ -200,7 +261,9 @@ class LocalCluster:
         # The production variables (VAKIT_…) the user exported are honoured;
         # the shards and a token are this cluster's own.
         env = dict(os.environ)
-        env["VAKIT_SHARDS"] = ",".join(self.dsns)
+        # A replicated shard's DSN lists several hosts, with commas: a JSON list.
+        multi = any("," in dsn for dsn in self.dsns)
+        env["VAKIT_SHARDS"] = json.dumps(self.dsns) if multi else ",".join(self.dsns)
         # The printed token is an operator's (it reads /api/v1/cluster and
         # /metrics) that acts as the owner service 'demo'.
         tokens = [t for t in [os.environ.get("VAKIT_OPERATOR_TOKENS", "")] if t]
@@ -280,7 +343,11 @@ class LocalCluster:
             self.zk = None
         for server in self.pg:
             server.stop()
+        for shard in self.replicated:
+            for server in shard.servers:
+                server.stop()
         self.pg.clear()
+        self.replicated.clear()
 
 
 def ready_banner(cluster: LocalCluster, seconds: float) -> str:
@@ -328,6 +395,8 @@ def run_foreground(cluster: LocalCluster, demo: bool) -> int:
             if dead is not None:
                 print(f"{dead}\nstopping the others", flush=True)
                 stop.set()
+            for line in cluster.fail_over_lost_primaries():
+                print(line, flush=True)
             stop.wait(1.0)
         return 0
     finally:

@@ -19,6 +19,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
+from cluster.store.deadline import fresh_call
+
 __all__ = ["Coalescer"]
 
 T = TypeVar("T")
@@ -81,7 +83,10 @@ class Coalescer(Generic[T, R]):
                 batch = queue[: self._most]
                 del queue[: self._most]
                 try:
-                    outcomes = await self._run(shard, [item for item, _ in batch])
+                    # The task was started inside one caller's call, whose
+                    # deadline it inherited; a batch is a call of its own.
+                    with fresh_call():
+                        outcomes = await self._run(shard, [item for item, _ in batch])
                 except BaseException as exc:  # every caller of the batch learns it
                     outcomes = [exc] * len(batch)
                     if not isinstance(exc, Exception):

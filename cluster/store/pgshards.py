@@ -15,8 +15,10 @@ keepalives (with ``tcp_user_timeout``), so a statement cannot run forever and
 a link that dies silently is noticed by the kernel. A shard whose link is cut
 while the sockets stay open (a partition behind a proxy, a SIGSTOPped
 server) answers nothing at all, and only the client can end the wait: a
-request to a shard is given ``statement_timeout`` plus ``connect_timeout``,
-and past it its connection is severed (:class:`_Watchdog`), which fails the
+checkout is given ``statement_timeout`` plus ``connect_timeout`` in all (the
+pool's wait and the idle check included), or less when its caller bound its
+calls (:mod:`cluster.store.deadline`: the API's ``api_shard_timeout``), and
+past it its connection is severed (:class:`_Watchdog`), which fails the
 request as :class:`ShardUnavailable` at once and leaves the pool to discard
 that connection. The other shards' pools are untouched.
 """
@@ -43,6 +45,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from cluster import metrics, tracing
 from cluster.errors import Conflict, ShardUnavailable, SlotMoving, StoreError, VakitError
+from cluster.store import deadline
 from cluster.store.migrate import LATEST_VERSION
 from cluster.store.sql import QUERIES
 from cluster.store.watched import WatchedConnection
@@ -133,8 +136,11 @@ class _Watchdog:
     the pending read fail at once with a closed connection, which the pool
     then discards."""
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any], seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(
+        self, conn: psycopg.AsyncConnection[Any], seconds: float, shown: float | None = None
+    ) -> None:
+        # What the error says the caller was given (the checkout's whole bound).
+        self.seconds = seconds if shown is None else shown
         self.fired = False
         self._conn = conn
         self._handle = asyncio.get_running_loop().call_later(seconds, self._sever)
@@ -173,12 +179,28 @@ class _Checkout:
         self._watchdog: _Watchdog | None = None
 
     async def __aenter__(self) -> WatchedConnection:
+        # One bound for all the block waits on: the pool (a shard that
+        # stopped answering has no connection to give, and a new one waits
+        # for connect_timeout), the check of an idle connection, and the
+        # block's statements. The pool's wait and the check used to come on
+        # top of the statements' bound: 20 s on a frozen shard.
+        shards, shard = self._shards, self._shard
+        started = time.monotonic()
+        until = deadline.deadline(shards.request_timeout)
+        pool = shards._pools[shard]
         try:
-            conn = await self._shards._pools[self._shard].getconn()
+            with deadline.within(until):
+                conn = await pool.getconn(max(0.0, min(pool.timeout, until - started)))
         except psycopg.Error as exc:
-            raise translated(exc, self._shard) from exc
+            raise translated(exc, shard) from exc
+        left = until - time.monotonic()
+        if left <= 0:
+            await pool.putconn(conn)
+            raise ShardUnavailable(
+                f"shard {shard} did not answer within {until - started:.1f} s", shard=shard
+            )
         self._conn = conn
-        self._watchdog = _Watchdog(conn, self._shards.request_timeout)
+        self._watchdog = _Watchdog(conn, left, until - started)
         return conn
 
     async def __aexit__(
@@ -251,7 +273,8 @@ def wrap_exceptions(method: M) -> M:
     @functools.wraps(method)
     async def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await method(self, *args, **kwargs)
+            with deadline.call_deadline():
+                return await method(self, *args, **kwargs)
         except psycopg.Error as exc:  # translate_errors, without its layers
             raise translated(exc, args[0] if args else kwargs["shard"]) from exc
 
@@ -345,7 +368,11 @@ class PgShards:
         last = self._returned.get(conn)
         if last is not None and time.monotonic() - last < _FRESH_SECONDS:
             return
-        watchdog = _Watchdog(conn, self._check_timeout)
+        # Within the checkout's own bound, when a checkout asks (getconn runs
+        # the check in the caller's task).
+        watchdog = _Watchdog(
+            conn, max(0.0, deadline.deadline(self._check_timeout) - time.monotonic())
+        )
         try:
             await AsyncConnectionPool.check_connection(conn)
         finally:

@@ -326,12 +326,17 @@ class Worker:
         """Tell each owned shard we poll it (readiness, `vakit status`, and
         the preloaders of the other workers, which split a wave by it)."""
         while not self._stopping.is_set():
-            for shard in sorted(self.coordinator.owned_shards()):
-                try:
-                    await self.store.worker_beat(shard, WorkerBeatParams(self.worker_id))
-                except Exception as exc:  # readiness only; never worth dying for
-                    log.debug("beat failed: %s", exc, extra={"shard": shard})
+            # All at once: one shard that answers nothing (frozen) holds its
+            # own beat for the store's whole bound, not the others'.
+            shards = sorted(self.coordinator.owned_shards())
+            await asyncio.gather(*(self._beat(shard) for shard in shards))
             await self._sleep(5.0)
+
+    async def _beat(self, shard: int) -> None:
+        try:
+            await self.store.worker_beat(shard, WorkerBeatParams(self.worker_id))
+        except Exception as exc:  # readiness only; never worth dying for
+            log.debug("beat failed: %s", exc, extra={"shard": shard})
 
     async def _sleep(self, seconds: float) -> None:
         try:

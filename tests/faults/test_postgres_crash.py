@@ -112,7 +112,7 @@ def test_a_crashed_shard_recovers_and_loses_no_accepted_job(
     assert "automatic recovery in progress" in log  # a crash recovery, not a clean start
 
     statuses = [status for status, _ in load.answers.values()]
-    refused = [k for k, (status, _) in load.answers.items() if status not in (200, 201)]
+    refused = load.refused()
     assert refused, "the crash refused no create: it did not happen under load"
     assert set(statuses) <= {0, 200, 201, 503}, sorted(set(statuses))
     with httpx.Client(
@@ -120,14 +120,7 @@ def test_a_crashed_shard_recovers_and_loses_no_accepted_job(
     ) as client:
         # Every refused create, sent again with its key, is created now or
         # was already (its commit landed before the crash): one job either way.
-        for key in refused:
-            resp = client.post(
-                "/api/v1/jobs", json=load.body(key), headers={"Idempotency-Key": key}
-            )
-            assert resp.status_code in (200, 201), resp.text
-            load.answers[key] = (resp.status_code, resp.json()["jobId"])
-    accepted = {key: job for key, (_, job) in load.answers.items() if job}
-    assert len(accepted) == len(load.answers)
+        accepted = load.retry_refused(client)
 
     def done() -> int:
         found = rows(

@@ -27,6 +27,7 @@ from cluster.model import (
     JobRecord,
 )
 from cluster.store.coalesce import Coalescer
+from cluster.store.deadline import deadline as ends_by
 from cluster.store.pgshards import PgShards, wrap_exceptions
 from cluster.store.postgres.rows import (
     _LEAN_INSERTS,
@@ -198,7 +199,7 @@ class PgCreates(PgShards):
         the failed tries are ended first, so a statement the network still
         holds cannot run after this decision. Still unreachable within the
         shard's request bound: the error stays ``maybe_written``."""
-        deadline = time.monotonic() + self.request_timeout
+        deadline = ends_by(self.request_timeout)  # the caller's bound, if sooner
         last = first
         for pause in _AGAIN_PAUSES:
             if time.monotonic() + pause > deadline:
