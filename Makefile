@@ -84,10 +84,11 @@ unit: setup
 # The unit and contract tiers on both cores (pytest-xdist: CPU-bound, no
 # timing in them; 274 s -> 154 s here), then the rest one test at a time: the
 # integration and fault tests time processes, leases and sessions, and two of
-# them at once on two cores made three of them fail in a trial run.
+# them at once on two cores made three of them fail in a trial run. The 30
+# slowest are listed at the end: where the suite's 30 minutes go.
 test: setup lint
 	$(BIN)/pytest -q -p no:cacheprovider -n 2 tests/unit tests/contract
-	$(BIN)/pytest -q -p no:cacheprovider tests --ignore=tests/unit --ignore=tests/contract
+	$(BIN)/pytest -q -p no:cacheprovider --durations=30 tests --ignore=tests/unit --ignore=tests/contract
 
 bench: setup
 	$(BIN)/python -m benchmarks.wave
