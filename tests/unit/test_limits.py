@@ -159,9 +159,10 @@ def job_on(shard: int, host: str) -> CreateJobParams:
 
 
 def make_worker(store: MemStore, clock: FakeClock, sink: Sink, name: str, **over: object) -> Worker:
-    settings = Settings(  # type: ignore[call-arg]
-        shards=["a", "b"], lease_seconds=30, lease_grace_seconds=0, complete_linger=0, **over
-    )
+    base: dict[str, object] = {
+        "shards": ["a", "b"], "lease_seconds": 30, "lease_grace_seconds": 0, "complete_linger": 0
+    }
+    settings = Settings(**{**base, **over})  # type: ignore[arg-type]
     return Worker(settings, store, StaticCoordinator(name, 2), {"HTTP": sink}, clock=clock, worker_id=name)
 
 

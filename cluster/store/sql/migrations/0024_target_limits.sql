@@ -31,5 +31,5 @@ CREATE TABLE target_limits (
 -- limited claims of one key on one shard take turns.
 CREATE TABLE limit_buckets (
     key  text        PRIMARY KEY,
-    tat  timestamptz NOT NULL DEFAULT '-infinity'
+    tat  timestamptz NOT NULL DEFAULT 'epoch'
 );
