@@ -61,8 +61,9 @@ def test_a_killed_holders_permits_come_back_within_the_lease(
     # Two workers share a limit of 2 ("localhost", one in flight per
     # shard); worker-a is SIGKILLed while it holds permits.
     url = sink.url.replace("127.0.0.1", "localhost")
-    limits = {"target_limits": f"localhost={LIMIT}"}
-    a, b = procs.worker("worker-a", **limits), procs.worker("worker-b", **limits)
+    limit = f"localhost={LIMIT}"
+    a = procs.worker("worker-a", target_limits=limit)
+    b = procs.worker("worker-b", target_limits=limit)
     a.wait_ready(), b.wait_ready()  # started together: a start is seconds on a busy machine
     jobs = [job_on(SHARD_MAP, i % SHARDS, url, payload={"sleep": 1.0}) for i in range(16)]
     create_jobs(shard_dsns, jobs)

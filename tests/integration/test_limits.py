@@ -99,7 +99,7 @@ async def test_two_workers_hold_one_limit_and_a_held_job_cancels(
     for p in [*limited, *free]:
         await store.create_job(shards.shard_of(p.id), p)
     meter = Meter(0.05)
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         shards=shard_dsns,
         target_limits={"localhost": "4/40/2"},
         lease_seconds=30,
@@ -123,7 +123,7 @@ async def test_two_workers_hold_one_limit_and_a_held_job_cancels(
         cancelled = await store.cancel_job(shard, CancelParams(victim.id, "svc"))
         assert cancelled.status is JobStatus.CANCELLED
         deadline = time.monotonic() + 20
-        while len(meter.fired) < 239 and time.monotonic() < deadline:
+        while len(meter.fired) < 239 and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
     finally:
         for w in workers:
