@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 class _ShardLimits:
     overrides: dict[str, TargetLimit] = field(default_factory=dict)
     read_at: float = float("-inf")
+    waiting: dict[str, int] = field(default_factory=dict)
 
 
 class LimitBook:
@@ -86,8 +87,25 @@ class LimitBook:
             else:
                 metrics.LIMIT_SETTINGS_STALE.labels(str(shard)).set(0)
                 state.overrides = {s.key: s.limit for s in settings}
+                await self._count_waiting(shard, state)
                 self._export(shard)
         return self.in_force(shard)
+
+    async def _count_waiting(self, shard: int, state: _ShardLimits) -> None:
+        keys = sorted(self.in_force(shard))
+        if not keys and not state.waiting:
+            return
+        try:
+            state.waiting = await self.store.count_waiting(shard, keys) if keys else {}
+        except Exception as exc:  # a metric only: never worth a claim
+            log.debug("waiting jobs not counted: %s", exc, extra={"shard": shard})
+            return
+        # The shards this worker read lately (those it polls): their sum.
+        fresh = [
+            s for s in self._shards.values() if state.read_at - s.read_at < 3 * self._refresh
+        ]
+        for key in {k for s in self._shards.values() for k in s.waiting} | set(keys):
+            metrics.TARGET_WAITING.labels(key).set(sum(s.waiting.get(key, 0) for s in fresh))
 
     def _export(self, shard: int) -> None:
         shards = self.store.shard_count

@@ -10,6 +10,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from prometheus_client import REGISTRY
 
 import shardmap
 from cluster.clock import FakeClock
@@ -32,6 +33,7 @@ from cluster.model import (
 )
 from cluster.store.memory import MemStore
 from cluster.targets import FireResult
+from cluster.worker.admission import LimitBook
 from cluster.worker.worker import Worker
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -246,3 +248,16 @@ async def test_run_time_limits_override_the_configured_ones() -> None:
     worker.limits._shards[0].read_at = float("-inf")  # the next claim re-reads
     assert set(await worker.limits.refresh(0)) == {"a.example", "c.example"}
     await worker.stop(grace=0)
+
+
+async def test_the_jobs_held_back_are_counted_per_key() -> None:
+    clock = FakeClock(T0)
+    store = MemStore(2, clock)
+    for i in range(5):
+        await store.create_job(i % 2, job_on(i % 2, "a.example"))
+    await store.create_job(0, job_on(0, "b.example"))
+    book = LimitBook({"a.example": TargetLimit(1, None)}, store)
+    for shard in (0, 1):
+        await book.refresh(shard)
+    assert REGISTRY.get_sample_value("vakit_target_waiting_jobs", {"target": "a.example"}) == 5
+    assert REGISTRY.get_sample_value("vakit_limit_in_force", {"target": "a.example", "kind": "concurrency"}) == 2

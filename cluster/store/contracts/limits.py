@@ -33,6 +33,10 @@ class LimitedClaims(LimitSettings, Protocol):
         with its start time; the others stay SCHEDULED."""
         ...
 
+    async def count_waiting(self, shard: int, keys: list[str]) -> dict[str, int]:
+        """Due jobs of each of ``keys`` not claimed on ``shard`` (held back)."""
+        ...
+
     async def slow_limit(self, shard: int, key: str, until: datetime) -> None:
         """Back-pressure: no firing of ``key`` on ``shard`` starts before ``until``."""
         ...

@@ -70,6 +70,18 @@ class MemLimits(MemClaims):
                 s.buckets[key] = room.tat(len(out))
             return out
 
+    async def count_waiting(self, shard: int, keys: list[str]) -> dict[str, int]:
+        s = self._shard(shard)
+        now = self._now()
+        out: dict[str, int] = {}
+        for r in s.rows.values():
+            if r.far or r.job.status is not JobStatus.SCHEDULED or r.job.run_at > now:
+                continue
+            key = KINDS.limit_key(r.job.target)
+            if key in keys:
+                out[key] = out.get(key, 0) + 1
+        return out
+
     async def slow_limit(self, shard: int, key: str, until: datetime) -> None:
         s = self._shard(shard)
         s.buckets[key] = max(s.buckets.get(key, _NEVER), until)

@@ -63,6 +63,11 @@ class PgLimits(PgShards):
         return [AdmittedJob(job, room.start(i, now)) for i, job in enumerate(jobs)]
 
     @wrap_exceptions
+    async def count_waiting(self, shard: int, keys: list[str]) -> dict[str, int]:
+        rows = await self.fetch_as(shard, "limits_waiting", {"keys": keys}, tuple_row)
+        return {key: jobs for key, jobs in rows}
+
+    @wrap_exceptions
     async def slow_limit(self, shard: int, key: str, until: datetime) -> None:
         await self.fetch(shard, "limit_slow", {"key": key, "until": until})
 

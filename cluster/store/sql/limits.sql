@@ -79,3 +79,13 @@ ON CONFLICT (key) DO UPDATE
 
 -- name: limit_drop
 DELETE FROM target_limits WHERE key = %(key)s;
+
+-- name: limits_waiting
+-- The jobs each limited key holds back on this shard: due, not claimed.
+-- Read every few seconds by each worker polling the shard, only while
+-- some key is limited; it reads the due rows (the backlog), no more.
+SELECT vakit_limit_key(target_kind, target) AS key, count(*)::int AS jobs
+  FROM jobs
+ WHERE status = 'SCHEDULED' AND run_at <= now()
+   AND vakit_limit_key(target_kind, target) = ANY(%(keys)s)
+ GROUP BY 1;
