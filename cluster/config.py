@@ -234,7 +234,7 @@ class Settings(BaseSettings):
     target_limits: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict,
         description="host=concurrency[/rate[/burst]],…: limits for the whole cluster "
-        "(docs/limits.md); `vakit limits` changes them at run time.",
+        "(docs/design/limits.md); `vakit limits` changes them at run time.",
     )
 
     kafka_bootstrap: str | None = Field(

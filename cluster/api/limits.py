@@ -1,5 +1,5 @@
 """Limits that hold across the cluster: ``/api/v1/limits`` (operator tokens
-only; issue 44, docs/limits.md).
+only; issue 44, docs/design/limits.md).
 
 The calls behind ``vakit limits``: read the limits in force, set a key's
 limit at run time, drop it (back to ``VAKIT_TARGET_LIMITS``). A change

@@ -1,5 +1,5 @@
 """``vakit limits``: read and change, at run time, the limits that hold for
-the whole cluster (operator token; issue 44, docs/limits.md).
+the whole cluster (operator token; issue 44, docs/design/limits.md).
 
 ``vakit limits list`` shows each limited key, where its limit comes
 from and what the cluster applies; ``set KEY SPEC`` sets a key's limit

@@ -1,5 +1,5 @@
 """Limits on a target key that hold across the cluster (issue 44,
-docs/limits.md): their record, their share on one shard, and the rate
+docs/design/limits.md): their record, their share on one shard, and the rate
 arithmetic a claim does (GCRA), all pure.
 
 A limit on a key (an HTTP host, ``kafka:<topic>``) is split evenly between

@@ -1,5 +1,5 @@
 """Limits an operator reads and changes at run time (issue 44,
-docs/limits.md): ``GET/PUT/DELETE /api/v1/limits`` and ``vakit limits``.
+docs/design/limits.md): ``GET/PUT/DELETE /api/v1/limits`` and ``vakit limits``.
 
 A run-time limit is written to every shard (each shard admits its share
 of a key's firings by the limit it holds) and is over the configured one

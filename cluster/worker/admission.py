@@ -1,5 +1,5 @@
 """The worker's side of limits that hold across the cluster (issue 44,
-docs/limits.md): which keys are limited on a shard, and claiming their
+docs/design/limits.md): which keys are limited on a shard, and claiming their
 jobs through the shard's share (:mod:`cluster.model.limits`).
 
 The limits in force on a shard are the configured ones

@@ -4,7 +4,7 @@ target is limited by.
 Limits are set as ``key=concurrency[/rate[/burst]]`` (rate in firings per
 second), e.g. ``VAKIT_TARGET_LIMITS="billing.internal=50/200,kafka:orders=100"``,
 and hold for the whole cluster, however many workers run (issue 44,
-docs/limits.md): each shard admits its share of a key's firings when it is
+docs/design/limits.md): each shard admits its share of a key's firings when it is
 claimed (:mod:`cluster.worker.admission`, :mod:`cluster.model.limits`). A
 job held back by a limit is not claimed: it stays SCHEDULED, cancellable.
 """

@@ -1,7 +1,7 @@
 """A worker holding a limit's permits is SIGKILLed (issue 44): the limit
 still holds, and its permits come back within their lease.
 
-The permit of a limited key is the RUNNING row itself (docs/limits.md):
+The permit of a limited key is the RUNNING row itself (docs/design/limits.md):
 while the dead worker's lease runs, its jobs still count against the
 limit (no overshoot); when it ends, another worker has the room again,
 without a restart or an operator."""

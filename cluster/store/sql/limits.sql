@@ -1,5 +1,5 @@
 -- Limits that hold across the cluster (issue 44, cluster/store/postgres/limits.py,
--- docs/limits.md). A key's limit is split evenly between the shards; each
+-- docs/design/limits.md). A key's limit is split evenly between the shards; each
 -- shard admits its share of its own jobs of the key. The concurrency in
 -- use is the shard's RUNNING rows of the key whose lease runs: a permit is
 -- the row itself, so it comes back when the job ends, or when its lease

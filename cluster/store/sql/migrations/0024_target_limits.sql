@@ -1,5 +1,5 @@
 -- Version 24: limits that hold across the cluster (issue 44,
--- docs/limits.md, cluster/worker/admission.py).
+-- docs/design/limits.md, cluster/worker/admission.py).
 --
 -- A limit's key is what cluster.targets.kinds says it is (the HTTP host,
 -- kafka:<topic>, else the kind): computed here from the row, so a job
