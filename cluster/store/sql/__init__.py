@@ -22,12 +22,14 @@ write the API asked for, which the store answers with
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
 from cluster.model.columns import column_lists
 
 __all__ = [
+    "DERIVED",
     "QUERIES",
     "Migration",
     "except_limited",
@@ -134,7 +136,8 @@ def load_all_queries() -> dict[str, str]:
             if name in queries:
                 raise ValueError(f"query {name!r} is defined twice ({entry.name})")
             queries[name] = expand_fences(expand_columns(name, text))
-    queries["claim_jobs_except"] = except_limited(queries["claim_jobs"])
+    for name, (source, derive) in DERIVED.items():
+        queries[name] = derive(queries[source])
     return queries
 
 
@@ -151,6 +154,13 @@ def except_limited(claim: str) -> str:
     return claim.replace(
         _DUE, _DUE + "\n       AND vakit_limit_key(target_kind, target) <> ALL(%(limited)s)", 1
     )
+
+
+# Statements made from another one rather than written out (name: (source,
+# how)): a variant that must not drift from its source.
+DERIVED: dict[str, tuple[str, Callable[[str], str]]] = {
+    "claim_jobs_except": ("claim_jobs", except_limited),
+}
 
 
 QUERIES: dict[str, str] = load_all_queries()
