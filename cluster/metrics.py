@@ -47,6 +47,7 @@ __all__ = [
     "LIMIT_ADMITTED",
     "LIMIT_IN_FORCE",
     "LIMIT_SETTINGS_STALE",
+    "LIMIT_SLOWED",
     "MAINTENANCE_LAST_SUCCESS",
     "MOVED",
     "OLDEST_DUE_AGE",
@@ -196,6 +197,11 @@ TARGET_WAITING = Gauge(
 )
 LIMIT_ADMITTED = Counter(
     "vakit_limit_admitted_total", "Jobs a limited claim admitted, by limit key.", ["target"]
+)
+LIMIT_SLOWED = Counter(
+    "vakit_limit_slowed_total",
+    "Times a target's 429/503 with Retry-After paused its limited key for the cluster.",
+    ["target"],
 )
 LIMIT_IN_FORCE = Gauge(
     "vakit_limit_in_force",

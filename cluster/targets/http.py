@@ -15,9 +15,11 @@ environment is used, so the checked address is the one connected to.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import ipaddress
 import socket
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -33,12 +35,29 @@ from cluster.targets.policy import AddressPolicy, AddressRefused, TargetRefused
 from cluster.targets.scope import TargetScope
 from cluster.targets.signing import Signer
 
-__all__ = ["HttpTarget", "PolicyResolver", "guarded_socket_factory"]
+__all__ = ["HttpTarget", "PolicyResolver", "guarded_socket_factory", "retry_after"]
 
 AddrInfo = tuple[int, int, int, str, tuple[Any, ...]]
 
 _RETRY_STATUSES = frozenset({408, 429})
 _USER_AGENT = "vakit-worker/0.1"
+
+
+def retry_after(value: str | None) -> float | None:
+    """A Retry-After header's seconds (delay-seconds or an HTTP date), at
+    most an hour; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), 3600.0)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, min((when - datetime.now(UTC)).total_seconds(), 3600.0))
 
 
 class PolicyResolver(AbstractResolver):
@@ -210,6 +229,9 @@ class HttpTarget:
                 text = (
                     (await resp.content.read(512)).decode(errors="replace") if status >= 300 else ""
                 )
+                pause = (
+                    retry_after(resp.headers.get("Retry-After")) if status in (429, 503) else None
+                )
         except TimeoutError:
             return FireResult.retry(f"timed out after {timeout:g} s")
         except (aiohttp.ClientError, OSError) as exc:
@@ -220,6 +242,8 @@ class HttpTarget:
         if 200 <= status < 300:
             return FireResult.success()
         detail = f"HTTP {status}" + (f": {text.strip()[:200]}" if text.strip() else "")
+        if pause is not None:
+            return FireResult(ok=False, retryable=True, error=detail, retry_after=pause)
         if status in _RETRY_STATUSES or status >= 500:
             return FireResult.retry(detail)
         if 300 <= status < 400:

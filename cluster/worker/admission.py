@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from cluster import metrics
 from cluster.model import (
@@ -59,6 +60,7 @@ class LimitBook:
         self._refresh = refresh
         self._monotonic = monotonic
         self._shards: dict[int, _ShardLimits] = {}
+        self._slowed_until: dict[str, datetime] = {}
 
     def in_force(self, shard: int) -> dict[str, TargetLimit]:
         """The keys limited on ``shard`` now, with their limits."""
@@ -101,9 +103,7 @@ class LimitBook:
             log.debug("waiting jobs not counted: %s", exc, extra={"shard": shard})
             return
         # The shards this worker read lately (those it polls): their sum.
-        fresh = [
-            s for s in self._shards.values() if state.read_at - s.read_at < 3 * self._refresh
-        ]
+        fresh = [s for s in self._shards.values() if state.read_at - s.read_at < 3 * self._refresh]
         for key in {k for s in self._shards.values() for k in s.waiting} | set(keys):
             metrics.TARGET_WAITING.labels(key).set(sum(s.waiting.get(key, 0) for s in fresh))
 
@@ -115,6 +115,21 @@ class LimitBook:
                 metrics.LIMIT_IN_FORCE.labels(key, "concurrency").set(conc)
             if limit.rate is not None:
                 metrics.LIMIT_IN_FORCE.labels(key, "rate").set(limit.rate)
+
+    async def slow(self, key: str, until: datetime) -> None:
+        """Back-pressure: no firing of ``key`` starts before ``until``, on
+        any shard (a target answered 429/503 with Retry-After). Limited
+        keys only: an unlimited key's claims do not read its bucket."""
+        if key not in self._slowed_until or self._slowed_until[key] < until:
+            self._slowed_until[key] = until
+        else:
+            return  # a later pause is being written already
+        for shard in range(self.store.shard_count):
+            try:
+                await self.store.slow_limit(shard, key, until)
+            except Exception as exc:  # the next 429 tries again
+                log.warning("back-pressure not written: %s", exc, extra={"shard": shard})
+        metrics.LIMIT_SLOWED.labels(key).inc()
 
     async def claim(
         self,

@@ -63,6 +63,8 @@ class JobRunner:
         self.worker_id = worker_id
         self._rand = rand
         self.completers: dict[int, Completer] = {}
+        # Told of a target's 429/503 with Retry-After (the job, the seconds).
+        self.on_back_pressure: Callable[[ClaimedJob, float], None] | None = None
 
     async def run(self, entry: InFlight) -> None:
         """Start ``entry``'s job (the wheel calls this at its instant) and
@@ -149,6 +151,8 @@ class JobRunner:
                 log.exception("target raised", extra=log_fields(entry))
                 result = FireResult.retry(f"{type(exc).__name__}: {exc}")
         self._metrics.note_fired(job, result, time.perf_counter() - called)
+        if result.retry_after is not None and self.on_back_pressure is not None:
+            self.on_back_pressure(job, result.retry_after)
         return (entry, result, started, lateness)
 
     async def _fire_traced(self, target: Target, entry: InFlight, lateness: float) -> FireResult:

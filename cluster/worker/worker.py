@@ -48,7 +48,7 @@ from cluster.worker.completer import Completer
 from cluster.worker.firings import FiringMetrics
 from cluster.worker.heartbeat import Heartbeat
 from cluster.worker.inflight import InFlight, log_fields
-from cluster.worker.limits import parse_limits
+from cluster.worker.limits import parse_limits, target_key
 from cluster.worker.preload import PRELOAD_BATCH, Preloader, budget_jobs, wave_threshold
 from cluster.worker.runner import JobRunner
 from cluster.worker.wheel import TICK, TimingWheel
@@ -114,6 +114,7 @@ class Worker:
         self.runner = JobRunner(
             settings, store, targets, self.clock, self._metrics, self.worker_id, rand
         )
+        self.runner.on_back_pressure = self._back_pressure
         self.wheel = TimingWheel(self.runner.run, self._stopping, self._metrics.soon, _SLICE)
         self._shards = {i: self._shard_state(i) for i in range(store.shard_count)}
         self.slots = SlotMap.modulo(store.shard_count)
@@ -153,6 +154,7 @@ class Worker:
         self.polling = asyncio.Event()  # set once every claim loop has polled once
         self._polled: set[int] = set()
         self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()
 
     def _shard_state(self, shard: int) -> _ShardState:
         inflight: dict[uuid.UUID, InFlight] = {}
@@ -269,6 +271,18 @@ class Worker:
             entry = inflight.get(job.id)
             if entry is not None:
                 entry.not_before = start.timestamp()
+
+    def _back_pressure(self, job: ClaimedJob, seconds: float) -> None:
+        """A target asked for ``seconds`` of peace: its key, when limited
+        anywhere, is paused for the whole cluster that long."""
+        key = target_key(job.target)
+        if key in self.limits.configured or any(
+            key in self.limits.in_force(s) for s in self._shards
+        ):
+            until = self.clock.now() + timedelta(seconds=seconds)
+            task = asyncio.create_task(self.limits.slow(key, until), name=f"slow-{key}")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def _written(self) -> None:
         """Outcomes written: room to claim again, and, when a limit is in

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 
 import pytest
 from prometheus_client import REGISTRY
@@ -33,6 +34,7 @@ from cluster.model import (
 )
 from cluster.store.memory import MemStore
 from cluster.targets import FireResult
+from cluster.targets.http import retry_after
 from cluster.worker.admission import LimitBook
 from cluster.worker.worker import Worker
 
@@ -261,3 +263,30 @@ async def test_the_jobs_held_back_are_counted_per_key() -> None:
         await book.refresh(shard)
     assert REGISTRY.get_sample_value("vakit_target_waiting_jobs", {"target": "a.example"}) == 5
     assert REGISTRY.get_sample_value("vakit_limit_in_force", {"target": "a.example", "kind": "concurrency"}) == 2
+
+
+def test_retry_after_is_read_in_seconds_or_as_a_date() -> None:
+    assert retry_after("7") == 7.0
+    assert retry_after("999999") == 3600.0  # at most an hour
+    later = datetime.now(UTC) + timedelta(seconds=30)
+    assert 25 <= (retry_after(format_datetime(later, usegmt=True)) or 0) <= 30
+    assert retry_after(None) is None and retry_after("soon") is None
+
+
+async def test_a_429_with_retry_after_pauses_the_key_on_every_shard() -> None:
+    clock = FakeClock(T0)
+    store = MemStore(2, clock)
+
+    class Busy(Sink):
+        async def fire(self, job: ClaimedJob, job_id: str, timeout: float) -> FireResult:
+            self.fired.append(job_id)
+            return FireResult(ok=False, retryable=True, error="HTTP 429", retry_after=5.0)
+
+    await store.create_job(0, job_on(0, "a.example"))
+    worker = make_worker(store, clock, Busy(), "w1", target_limits={"a.example": "4/100"})
+    await worker.run_once(0)
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+    for shard in (0, 1):
+        assert store._shard(shard).buckets["a.example"] == T0 + timedelta(seconds=5)
+    await worker.stop(grace=0)
