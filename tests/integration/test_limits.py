@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from aiohttp import web
 
 import shardmap
 from cluster.config import Settings
@@ -21,9 +22,12 @@ from cluster.coordination.base import StaticCoordinator
 from cluster.model import CancelParams, ClaimedJob, GetJobParams, JobStatus
 from cluster.store.postgres import PgStore
 from cluster.targets import FireResult
+from cluster.targets.http import HttpTarget
+from cluster.targets.policy import AddressPolicy
 from cluster.worker.limits import target_key
 from cluster.worker.worker import Worker
 from tests.helpers import job_params
+from tests.integration.test_http_target import job as http_job
 
 pytestmark = pytest.mark.integration
 
@@ -143,3 +147,25 @@ async def test_two_workers_hold_one_limit_and_a_held_job_cancels(
         f"{most_in_a_second(meter.starts['localhost'])} in one second, span {span:.2f} s; "
         f"127.0.0.1 p99 lateness {late[int(len(late) * 0.99) - 1]:.3f} s"
     )
+
+
+async def test_the_http_target_reports_retry_after_on_429_and_503() -> None:
+    async def busy(request: web.Request) -> web.Response:
+        status = int(request.query.get("status", "429"))
+        return web.Response(status=status, headers={"Retry-After": "3"})
+
+    app = web.Application()
+    app.router.add_post("/", busy)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    target = HttpTarget(AddressPolicy(allow_private=True))
+    try:
+        for status, pause in (("429", 3.0), ("503", 3.0), ("500", None)):
+            result = await target.fire(http_job(f"http://127.0.0.1:{port}/?status={status}"), "job_x", 5.0)
+            assert (result.ok, result.retryable, result.retry_after) == (False, True, pause)
+    finally:
+        await target.close()
+        await runner.cleanup()
