@@ -13,13 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cluster.model import TargetLimit, parse_limits
+from cluster.model import parse_limits
 from cluster.targets.kinds import KINDS
 
-__all__ = ["Limit", "parse_limits", "target_key"]
-
-# The name this module's limit had before limits held across the cluster.
-Limit = TargetLimit
+__all__ = ["parse_limits", "target_key"]
 
 
 def target_key(target: Mapping[str, object]) -> str:

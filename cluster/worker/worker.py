@@ -207,10 +207,32 @@ class Worker:
         room = self._regular_room()
         if room <= 0:
             return 0
+        limits = await self.limits.refresh(shard)
+        admitted: list[AdmittedJob] = []
+        if limits:
+            # The limited keys first: what their shares admit is small (a
+            # key's concurrency or a horizon of its rate), and a backlog of
+            # unlimited jobs must not hold them back from their rate.
+            admitted = await self.limits.claim(
+                shard,
+                limits,
+                worker_id=self.worker_id,
+                room=min(room, self.settings.claim_batch),
+                lease_seconds=self.settings.lease_seconds,
+                grace_seconds=self.settings.lease_grace_seconds,
+                # Admitted jobs start within this much of their claim: a
+                # claim every poll interval, each covering two, leaves no
+                # gap in a key's rate; a job admitted is RUNNING (not
+                # cancellable) only that long before it starts.
+                horizon_seconds=2 * self.settings.poll_interval,
+            )
+            self._take_admitted(shard, admitted)
+            room -= len(admitted)
+            if room <= 0:
+                return len(admitted)
         base = self.settings.claim_batch
         size = self._claim_size.get(shard, base)
         limit = min(size, room)
-        limits = await self.limits.refresh(shard)
         jobs = await self.store.claim_jobs(
             shard,
             ClaimParams(
@@ -226,22 +248,6 @@ class Worker:
         if self._grow_claims:
             full = len(jobs) >= limit
             self._claim_size[shard] = min(max(size, base) * 2, PRELOAD_BATCH) if full else base
-        if not limits:
-            return len(jobs)
-        admitted = await self.limits.claim(
-            shard,
-            limits,
-            worker_id=self.worker_id,
-            room=min(room - len(jobs), self.settings.claim_batch),
-            lease_seconds=self.settings.lease_seconds,
-            grace_seconds=self.settings.lease_grace_seconds,
-            # Admitted jobs start within this much of their claim: a claim
-            # every poll interval, each covering two, leaves no gap in a
-            # key's rate; a job admitted is RUNNING (not cancellable) only
-            # that long before it starts.
-            horizon_seconds=2 * self.settings.poll_interval,
-        )
-        self._take_admitted(shard, admitted)
         return len(jobs) + len(admitted)
 
     async def preload_once(self, shard: int) -> int:
