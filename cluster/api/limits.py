@@ -41,7 +41,7 @@ class LimitIn(BaseModel):
         None,
         ge=1,
         le=1_000_000,
-        description="Firings that may start together; default a twentieth of the rate, at least 1.",
+        description="Firings that may start together; default a fiftieth of the rate, at least 1.",
     )
 
 
@@ -49,7 +49,7 @@ class LimitOut(BaseModel):
     key: str
     concurrency: int | None
     rate: float | None
-    burst: float | None = Field(description="As set; null: the default (rate / 20, at least 1).")
+    burst: float | None = Field(description="As set; null: the default (rate / 50, at least 1).")
     source: str = Field(description="`config` (VAKIT_TARGET_LIMITS) or `runtime` (set here).")
     scope: str = Field("cluster", description="Limits hold for the whole cluster.")
     effectiveConcurrency: int | None = Field(

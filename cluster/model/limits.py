@@ -62,11 +62,12 @@ class TargetLimit:
 
     @property
     def burst_or_default(self) -> float:
-        """The burst when none is given: a twentieth of a second's rate (at
-        least 1), so any one second sees at most about 5 % over the rate."""
+        """The burst when none is given: a fiftieth of a second's rate (at
+        least 1), so any one second sees at most 2 % over the rate, with room
+        left for a start the worker's event loop makes a little late."""
         if self.burst is not None:
             return self.burst
-        return max(1.0, (self.rate or 0.0) / 20)
+        return max(1.0, (self.rate or 0.0) / 50)
 
     def spelled(self) -> str:
         """As VAKIT_TARGET_LIMITS spells it: ``concurrency[/rate[/burst]]``."""

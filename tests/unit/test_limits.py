@@ -48,7 +48,7 @@ NEVER = datetime.min.replace(tzinfo=UTC)
 def test_the_spelling_of_today_and_a_burst() -> None:
     limits = parse_limits({"LocalHost": "20/200", "kafka:orders": "/50/5", "h": "3"})
     assert limits["localhost"] == TargetLimit(20, 200.0)
-    assert limits["localhost"].burst_or_default == 10.0  # a twentieth of a second's rate
+    assert limits["localhost"].burst_or_default == 4.0  # a fiftieth of a second's rate
     assert limits["kafka:orders"] == TargetLimit(None, 50.0, 5.0)
     assert limits["h"] == TargetLimit(3, None)
     assert parse_limit("x", "/50/5").spelled() == "/50/5"
@@ -58,7 +58,7 @@ def test_the_spelling_of_today_and_a_burst() -> None:
 
 
 def test_shares_split_the_limit_evenly_between_shards() -> None:
-    share = shard_share(TargetLimit(20, 200.0), 2)
+    share = shard_share(TargetLimit(20, 200.0, 10.0), 2)
     assert share.concurrency == 10
     assert share.interval == pytest.approx(0.01)  # 100/s on each shard
     assert share.tolerance == pytest.approx(0.04)  # 5 of the burst of 10, one always allowed

@@ -1459,7 +1459,7 @@ export interface components {
             rate?: number | null;
             /**
              * Burst
-             * @description Firings that may start together; default a twentieth of the rate, at least 1.
+             * @description Firings that may start together; default a fiftieth of the rate, at least 1.
              */
             burst?: number | null;
         };
@@ -1473,7 +1473,7 @@ export interface components {
             rate: number | null;
             /**
              * Burst
-             * @description As set; null: the default (rate / 20, at least 1).
+             * @description As set; null: the default (rate / 50, at least 1).
              */
             burst: number | null;
             /**
