@@ -43,11 +43,14 @@ _SLOT_COLUMN = {"job_keys": "job_id", "cron_occurrences": "cron_id"}
 _BARRIER_POLL = 0.02
 
 
+
+
 def _slots(slots: Sequence[int]) -> list[int]:
     out = sorted(set(slots))
     if out and not (0 <= out[0] and out[-1] < SLOTS):
         raise InvalidRequest(f"slots must be in 0..{SLOTS - 1}")
     return out
+
 
 
 class PgSlotMoves:
