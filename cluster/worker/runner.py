@@ -1,5 +1,6 @@
 """Running one job: wait out its instant (and its place in its key's
-rate, when a limit admitted it), fire its target within its timeout, and hand the outcome to its shard's completer.
+rate, when a limit admitted it), fire its target within its timeout, and
+hand the outcome to its shard's completer.
 
 What a worker does per job, apart from what it does per claim
 (:mod:`cluster.worker.worker`). At a round hour a worker starts 50,000 of
