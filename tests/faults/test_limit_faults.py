@@ -63,10 +63,15 @@ def test_a_killed_holders_permits_come_back_within_the_lease(
     url = sink.url.replace("127.0.0.1", "localhost")
     limit = f"localhost={LIMIT}"
     a = procs.worker("worker-a", target_limits=limit)
-    b = procs.worker("worker-b", target_limits=limit)
-    a.wait_ready(), b.wait_ready()  # started together: a start is seconds on a busy machine
-    jobs = [job_on(SHARD_MAP, i % SHARDS, url, payload={"sleep": 1.0}) for i in range(16)]
+    b = procs.worker("worker-b", target_limits=limit, start=False)
+    a.wait_ready()
+    # 15 s of work at the limit: worker-a takes the permits (alone, and then
+    # first to claim again as its own outcomes are written), worker-b starts
+    # meanwhile and shares the limit.
+    jobs = [job_on(SHARD_MAP, i % SHARDS, url, payload={"sleep": 1.0}) for i in range(30)]
     create_jobs(shard_dsns, jobs)
+    b.start()
+    b.wait_ready()
     wait_for(
         lambda: bool(set(running_by(shard_dsns, "worker-a")) & sink.job_ids()),
         timeout=20,
