@@ -240,7 +240,9 @@ class Settings(BaseSettings):
     stop_grace_seconds: float = Field(20.0, ge=0)
     http_pool_size: int = Field(200, ge=1)
     target_limits: Annotated[dict[str, str], NoDecode] = Field(
-        default_factory=dict, description="host=concurrency[/rate],…"
+        default_factory=dict,
+        description="host=concurrency[/rate[/burst]],…: limits for the whole cluster "
+        "(docs/design/limits.md); `vakit limits` changes them at run time.",
     )
 
     kafka_bootstrap: str | None = Field(

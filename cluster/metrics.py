@@ -44,6 +44,10 @@ __all__ = [
     "LEADER_LISTENING",
     "LEADER_WAKEUPS",
     "LEASE_EXPIRED",
+    "LIMIT_ADMITTED",
+    "LIMIT_IN_FORCE",
+    "LIMIT_SETTINGS_STALE",
+    "LIMIT_SLOWED",
     "MAINTENANCE_LAST_SUCCESS",
     "MOVED",
     "OLDEST_DUE_AGE",
@@ -187,8 +191,29 @@ OLDEST_DUE_AGE = Gauge(
 )
 TARGET_WAITING = Gauge(
     "vakit_target_waiting_jobs",
-    "Jobs held back by a per-target concurrency or rate limit.",
+    "Jobs due and held back (SCHEDULED, unclaimed) by a target's limit, on the shards "
+    "this worker polls (re-counted every few seconds).",
     ["target"],
+)
+LIMIT_ADMITTED = Counter(
+    "vakit_limit_admitted_total", "Jobs a limited claim admitted, by limit key.", ["target"]
+)
+LIMIT_SLOWED = Counter(
+    "vakit_limit_slowed_total",
+    "Times a target's 429/503 with Retry-After paused its limited key for the cluster.",
+    ["target"],
+)
+LIMIT_IN_FORCE = Gauge(
+    "vakit_limit_in_force",
+    "The cluster-wide limit in force on a key, as this worker applies it: kind is "
+    "concurrency (firings in flight) or rate (firings per second).",
+    ["target", "kind"],
+)
+LIMIT_SETTINGS_STALE = Gauge(
+    "vakit_limit_settings_stale",
+    "1 while this worker cannot read a shard's run-time limits and applies the last "
+    "ones it read (or the configured ones): the limiter's fallback state.",
+    ["shard"],
 )
 TARGET_FIRES = Counter(
     "vakit_target_fires_total",

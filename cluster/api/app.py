@@ -32,6 +32,7 @@ from cluster.api import calendars as calendar_routes
 from cluster.api import console, cron_actions, job_actions
 from cluster.api import crons as cron_routes
 from cluster.api import jobs as job_routes
+from cluster.api import limits as limit_routes
 from cluster.api import ops as ops_routes
 from cluster.api import shards as shard_routes
 from cluster.api.context import ApiContext
@@ -166,6 +167,7 @@ def create_app(
     app.include_router(cron_actions.router)
     app.include_router(calendar_routes.router)
     app.include_router(shard_routes.router)
+    app.include_router(limit_routes.router)
     app.include_router(problem_pages)
     console.install(app)
     return app

@@ -1,5 +1,5 @@
-"""``vakit jobs``, ``vakit crons``, ``vakit calendars``, ``vakit dlq``, ``vakit shards``
-and ``vakit completion``:
+"""``vakit jobs``, ``vakit crons``, ``vakit calendars``, ``vakit dlq``, ``vakit shards``,
+``vakit limits`` and ``vakit completion``:
 the command line for people, on the HTTP API only (never the database).
 
 Every command takes ``--api-url`` and ``--token`` (or ``VAKIT_API_URL`` and
@@ -19,6 +19,7 @@ from cluster.cli_client.calendars import calendars
 from cluster.cli_client.crons import crons
 from cluster.cli_client.dlq import dlq
 from cluster.cli_client.jobs import jobs
+from cluster.cli_client.limits import limits
 from cluster.cli_client.shards import shards
 
 __all__ = ["register"]
@@ -40,5 +41,5 @@ def completion(ctx: click.Context, shell: str) -> None:
 
 def register(main: click.Group) -> None:
     """Add the HTTP commands to the ``vakit`` group."""
-    for command in (jobs, crons, calendars, dlq, shards, completion):
+    for command in (jobs, crons, calendars, dlq, shards, limits, completion):
         main.add_command(command)

@@ -367,7 +367,7 @@ class DueCron(NamedTuple):
     calendar: str | None = None
     calendar_policy: str | None = None
     # False for a PREVIOUS_BUSINESS_DAY cron whose next_fire_at a later slot
-    # may run before (migration 24): planning goes on to a settled slot.
+    # may run before (migration 25): planning goes on to a settled slot.
     settled: bool = True
 
     @property

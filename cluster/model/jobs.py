@@ -194,6 +194,9 @@ class ClaimParams:
     prefetch_seconds: float = 0.0
     now: datetime | None = None  # None: the database's now()
     window: tuple[datetime, datetime] | None = None
+    # Keys whose jobs this claim leaves out (limited keys, claimed by
+    # claim_limited, cluster/model/limits.py); empty: the claim as it was.
+    limited: tuple[str, ...] = ()
 
 
 class DueSecond(NamedTuple):

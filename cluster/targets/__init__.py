@@ -28,6 +28,9 @@ class FireResult:
     retryable: bool = True
     error: str | None = None
     skipped: bool = False  # not fired at all (a cron occurrence past its deadline)
+    # The target asked to be left alone this long (429/503 with Retry-After,
+    # in seconds): the worker slows the target's limited key for the cluster.
+    retry_after: float | None = None
 
     @classmethod
     def success(cls) -> FireResult:

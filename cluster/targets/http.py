@@ -19,9 +19,10 @@ string. At a round hour a worker makes 50,000 of them in a few seconds.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 
 from yarl import URL
 
@@ -34,13 +35,30 @@ from cluster.targets.policy import AddressPolicy, AddressRefused, TargetRefused
 from cluster.targets.scope import TargetScope
 from cluster.targets.signing import Signer
 
-__all__ = ["HttpTarget"]
+__all__ = ["HttpTarget", "retry_after"]
 
 _RETRY_STATUSES = frozenset({408, 429})
 _CRLF = "\r\n"
 _USER_AGENT_LINE = "User-Agent: vakit-worker/0.1\r\n"
 # A header name (RFC 9110 token); the create-time check is stricter.
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def retry_after(value: str | None) -> float | None:
+    """A Retry-After header's seconds (delay-seconds or an HTTP date), at
+    most an hour; None when absent or unreadable."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return min(float(text), 3600.0)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, min((when - datetime.now(UTC)).total_seconds(), 3600.0))
 
 
 class _Route:
@@ -188,6 +206,7 @@ class HttpTarget:
                 request = self._request(job, job_id, route, lines)
                 status, start = await client.send(conn, request, deadline)
                 answered = True
+                asked = conn.retry_after
             finally:
                 client.release(conn, answered)
         except TimeoutError:
@@ -200,6 +219,9 @@ class HttpTarget:
             return FireResult.success()
         text = start.decode(errors="replace").strip()
         detail = f"HTTP {status}" + (f": {text[:200]}" if text else "")
+        pause = retry_after(asked.decode("latin-1")) if asked and status in (429, 503) else None
+        if pause is not None:
+            return FireResult(ok=False, retryable=True, error=detail, retry_after=pause)
         if status in _RETRY_STATUSES or status >= 500:
             return FireResult.retry(detail)
         if 300 <= status < 400:

@@ -96,6 +96,7 @@ class _Connection(asyncio.Protocol):
         "headers_done",
         "idle_since",
         "origin",
+        "retry_after",
         "transport",
         "usable",
     )
@@ -112,6 +113,8 @@ class _Connection(asyncio.Protocol):
         self.headers_done = False
         self.usable = True
         self.idle_since = 0.0
+        # A refusal's Retry-After, as sent (429/503 slow a limited key).
+        self.retry_after: bytes | None = None
 
     # asyncio protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -142,6 +145,11 @@ class _Connection(asyncio.Protocol):
         self._status = self._parser.get_status_code()
         # A success's body is not looked at; a refusal's start is lastError.
         self._wants_body = self._status >= 300
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # Only a refusal's headers are looked at, and only this one.
+        if self._wants_body and len(name) == 11 and name.lower() == b"retry-after":
+            self.retry_after = value
 
     def on_headers_complete(self) -> None:
         self.headers_done = True
@@ -185,6 +193,7 @@ class _Connection(asyncio.Protocol):
 
     def send(self, request: bytes) -> asyncio.Future[_Answer]:
         waiter = self._waiter = asyncio.get_running_loop().create_future()
+        self.retry_after = None
         self.transport.write(request)
         return waiter
 

@@ -34,6 +34,9 @@ class InFlight:
     # Claimed ahead of a wave by the preloader: counted against the preload
     # budget, not against max_inflight, until the wheel releases it.
     preloaded: bool = False
+    # A limited key's job starts no earlier than its place in the key's
+    # rate (POSIX seconds; 0: no such place, cluster/worker/admission.py).
+    not_before: float = 0.0
     # The job's run_at in POSIX seconds (Clock.timestamp()'s scale), made
     # when claimed: a start's lateness is then one subtraction of floats.
     due: float = field(init=False)

@@ -145,10 +145,13 @@ class Preloader:
         self._next_look: dict[int, datetime] = {}
         self._peers: dict[int, tuple[datetime, int]] = {}
 
-    async def run_once(self, shard: int, *, room: int, threshold: int) -> int:
+    async def run_once(
+        self, shard: int, *, room: int, threshold: int, limited: tuple[str, ...] = ()
+    ) -> int:
         """Look ahead on ``shard`` (at most once per pause, unless the last
         round claimed something) and preload one round; returns how many
-        jobs were claimed."""
+        jobs were claimed. The jobs of ``limited`` keys are left alone:
+        they are admitted at their time, by their limit."""
         now = self.clock.now()
         if room <= 0 or now < self._next_look.get(shard, now):
             return 0
@@ -174,7 +177,7 @@ class Preloader:
             )
             if plan is None:
                 return 0
-        claimed = await self._claim(shard, plan)
+        claimed = await self._claim(shard, plan, limited)
         log.debug(
             "preloaded %d jobs due from %s (%d workers)",
             claimed,
@@ -192,7 +195,7 @@ class Preloader:
         self._peers[shard] = (now, len(seen))
         return len(seen)
 
-    async def _claim(self, shard: int, plan: PreloadPlan) -> int:
+    async def _claim(self, shard: int, plan: PreloadPlan, limited: tuple[str, ...]) -> int:
         claimed = 0
         while claimed < plan.jobs:
             limit = min(self._batch, plan.jobs - claimed)
@@ -204,6 +207,7 @@ class Preloader:
                     lease_seconds=self._lease,
                     grace_seconds=self._grace,
                     window=plan.window,
+                    limited=limited,
                 ),
             )
             if jobs:

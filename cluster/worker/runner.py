@@ -1,5 +1,6 @@
-"""Running one job: wait out its instant, fire its target within its
-limits and timeout, and hand the outcome to its shard's completer.
+"""Running one job: wait out its instant (and its place in its key's
+rate, when a limit admitted it), fire its target within its timeout, and
+hand the outcome to its shard's completer.
 
 What a worker does per job, apart from what it does per claim
 (:mod:`cluster.worker.worker`). At a round hour a worker starts 50,000 of
@@ -26,7 +27,6 @@ from cluster.targets import FireResult, Target
 from cluster.worker.completer import Completer, Fired
 from cluster.worker.firings import FiringMetrics
 from cluster.worker.inflight import InFlight, log_fields
-from cluster.worker.limits import TargetLimiter, target_key
 
 __all__ = ["JobRunner"]
 
@@ -52,7 +52,6 @@ class JobRunner:
         store: JobClaims,
         targets: dict[str, Target],
         clock: Clock,
-        limiter: TargetLimiter,
         firing_metrics: FiringMetrics,
         worker_id: str,
         rand: Callable[[], float] | None = None,
@@ -61,16 +60,16 @@ class JobRunner:
         self.store = store
         self.targets = targets
         self.clock = clock
-        self.limiter = limiter
         self._metrics = firing_metrics
         self.worker_id = worker_id
         self._rand = rand
         self.completers: dict[int, Completer] = {}
+        # Told of a target's 429/503 with Retry-After (the job, the seconds).
+        self.on_back_pressure: Callable[[ClaimedJob, float], None] | None = None
 
     async def run(self, entry: InFlight) -> None:
         """Start ``entry``'s job (the wheel calls this at its instant) and
         queue its outcome with its shard's completer."""
-        job = entry.job
         completer = self.completers[entry.shard]
         # Each job runs in its own task, with its own copy of the log context:
         # every line written while it fires (the target, the address policy,
@@ -80,15 +79,11 @@ class JobRunner:
             # The one reading of the clock a start takes (see _fire).
             now = self.clock.timestamp()
             lateness = now - entry.due
-            early = lateness < 0
-            if early:
-                # Released from the wheel up to a tick early, or claimed just
-                # before its moment: wait out the rest with the lease held.
-                await asyncio.sleep(-lateness)
-            if self.limiter.limits:
-                async with self.limiter.slot(target_key(job.target)):
-                    fired = await self._fire(entry)  # it starts once it has a slot
-            elif early:
+            # Released from the wheel up to a tick early, or claimed just
+            # before its moment (or its place in its key's rate): wait out
+            # the rest with the lease held.
+            if lateness < 0 or entry.not_before > now:
+                await asyncio.sleep(max(-lateness, entry.not_before - now))
                 fired = await self._fire(entry)
             else:
                 fired = await self._fire(entry, now, lateness)
@@ -157,6 +152,8 @@ class JobRunner:
                 log.exception("target raised", extra=log_fields(entry))
                 result = FireResult.retry(f"{type(exc).__name__}: {exc}")
         self._metrics.note_fired(job, result, time.perf_counter() - called)
+        if result.retry_after is not None and self.on_back_pressure is not None:
+            self.on_back_pressure(job, result.retry_after)
         return (entry, result, started, lateness)
 
     async def _fire_traced(self, target: Target, entry: InFlight, lateness: float) -> FireResult:

@@ -34,6 +34,7 @@ from cluster.config import Settings
 from cluster.coordination.base import Coordinator
 from cluster.errors import ShardUnavailable
 from cluster.model import (
+    AdmittedJob,
     ClaimedJob,
     ClaimParams,
     JobResult,
@@ -42,11 +43,12 @@ from cluster.model import (
 )
 from cluster.store.contracts.claims import JobClaims
 from cluster.targets import Target
+from cluster.worker.admission import LimitBook
 from cluster.worker.completer import Completer
 from cluster.worker.firings import FiringMetrics
 from cluster.worker.heartbeat import Heartbeat
 from cluster.worker.inflight import InFlight, log_fields
-from cluster.worker.limits import TargetLimiter, parse_limits
+from cluster.worker.limits import parse_limits, target_key
 from cluster.worker.preload import PRELOAD_BATCH, Preloader, budget_jobs, wave_threshold
 from cluster.worker.runner import JobRunner
 from cluster.worker.wheel import TICK, TimingWheel
@@ -99,7 +101,9 @@ class Worker:
         self.targets = targets
         self.clock = clock or SystemClock()
         self.worker_id = worker_id or settings.worker_id or default_worker_id()
-        self.limiter = TargetLimiter(parse_limits(settings.target_limits))
+        # Limits that hold across the cluster (issue 44): the limited keys'
+        # jobs are claimed through their shard's share, the others as ever.
+        self.limits = LimitBook(parse_limits(settings.target_limits), store)
         self._capacity = asyncio.Event()
         self._stopping = asyncio.Event()
         self._stop_deadline = float("inf")
@@ -108,8 +112,9 @@ class Worker:
         self.wheel: TimingWheel
         self._metrics = FiringMetrics(lambda: self.wheel.starting)
         self.runner = JobRunner(
-            settings, store, targets, self.clock, self.limiter, self._metrics, self.worker_id, rand
+            settings, store, targets, self.clock, self._metrics, self.worker_id, rand
         )
+        self.runner.on_back_pressure = self._back_pressure
         self.wheel = TimingWheel(self.runner.run, self._stopping, self._metrics.soon, _SLICE)
         self._shards = {i: self._shard_state(i) for i in range(store.shard_count)}
         self.slots = SlotMap.modulo(store.shard_count)
@@ -149,6 +154,7 @@ class Worker:
         self.polling = asyncio.Event()  # set once every claim loop has polled once
         self._polled: set[int] = set()
         self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()
 
     def _shard_state(self, shard: int) -> _ShardState:
         inflight: dict[uuid.UUID, InFlight] = {}
@@ -162,7 +168,7 @@ class Worker:
             give_up=self._past_stop_deadline,
             settle=self.runner.result_for,
             on_refused=functools.partial(self._refused, shard),
-            on_written=self._capacity.set,
+            on_written=self._written,
             owners=frozenset(self.settings.api_tokens.values()),
         )
         return _ShardState(inflight, completer)
@@ -201,6 +207,29 @@ class Worker:
         room = self._regular_room()
         if room <= 0:
             return 0
+        limits = await self.limits.refresh(shard)
+        admitted: list[AdmittedJob] = []
+        if limits:
+            # The limited keys first: what their shares admit is small (a
+            # key's concurrency or a horizon of its rate), and a backlog of
+            # unlimited jobs must not hold them back from their rate.
+            admitted = await self.limits.claim(
+                shard,
+                limits,
+                worker_id=self.worker_id,
+                room=min(room, self.settings.claim_batch),
+                lease_seconds=self.settings.lease_seconds,
+                grace_seconds=self.settings.lease_grace_seconds,
+                # Admitted jobs start within this much of their claim: a
+                # claim every poll interval, each covering two, leaves no
+                # gap in a key's rate; a job admitted is RUNNING (not
+                # cancellable) only that long before it starts.
+                horizon_seconds=2 * self.settings.poll_interval,
+            )
+            self._take_admitted(shard, admitted)
+            room -= len(admitted)
+            if room <= 0:
+                return len(admitted)
         base = self.settings.claim_batch
         size = self._claim_size.get(shard, base)
         limit = min(size, room)
@@ -212,13 +241,14 @@ class Worker:
                 lease_seconds=self.settings.lease_seconds,
                 grace_seconds=self.settings.lease_grace_seconds,
                 prefetch_seconds=self.settings.prefetch_seconds,
+                limited=tuple(limits),
             ),
         )
         self._take(shard, jobs, preloaded=False)
         if self._grow_claims:
             full = len(jobs) >= limit
             self._claim_size[shard] = min(max(size, base) * 2, PRELOAD_BATCH) if full else base
-        return len(jobs)
+        return len(jobs) + len(admitted)
 
     async def preload_once(self, shard: int) -> int:
         """Look ahead on ``shard`` and preload one round of this worker's
@@ -230,10 +260,42 @@ class Worker:
             shard,
             room=self._preload_room(),
             threshold=wave_threshold(self.settings.max_inflight, shards),
+            limited=tuple(self.limits.in_force(shard)),
         )
 
     def _take_preloaded(self, shard: int, jobs: list[ClaimedJob]) -> None:
         self._take(shard, jobs, preloaded=True)
+
+    def _take_admitted(self, shard: int, admitted: list[AdmittedJob]) -> None:
+        """Jobs a limit admitted: in flight, each starting at its place in
+        its key's rate (or its run_at, if later)."""
+        if not admitted:
+            return
+        self._take(shard, [a.job for a in admitted], preloaded=False)
+        inflight = self._shards[shard].inflight
+        for job, start in admitted:
+            entry = inflight.get(job.id)
+            if entry is not None:
+                entry.not_before = start.timestamp()
+
+    def _back_pressure(self, job: ClaimedJob, seconds: float) -> None:
+        """A target asked for ``seconds`` of peace: its key, when limited
+        anywhere, is paused for the whole cluster that long."""
+        key = target_key(job.target)
+        if key in self.limits.configured or any(
+            key in self.limits.in_force(s) for s in self._shards
+        ):
+            until = self.clock.now() + timedelta(seconds=seconds)
+            task = asyncio.create_task(self.limits.slow(key, until), name=f"slow-{key}")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    def _written(self) -> None:
+        """Outcomes written: room to claim again, and, when a limit is in
+        force, room in a key's share (its running jobs are fewer)."""
+        self._capacity.set()
+        if self.limits.configured or self.limits.any_in_force():
+            self._wake_all()
 
     def _take(self, shard: int, jobs: list[ClaimedJob], *, preloaded: bool) -> None:
         """Claimed jobs become in flight: held in the wheel until their

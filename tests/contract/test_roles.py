@@ -3,7 +3,7 @@
 The behaviour of each operation is held to one suite run on MemStore and
 PgStore alike (test_store_contract.py, test_cron_store_contract.py,
 test_operator_contract.py, test_preload_contract.py,
-test_calendar_contract.py). Here: each store provides every operation of
+test_calendar_contract.py, test_limits_contract.py). Here: each store provides every operation of
 every role contract with the contract's signature, and every operation of
 every role is called by that suite, so no role's operation goes untested
 on either store.
@@ -48,6 +48,7 @@ _SUITE = (
     "test_operator_contract.py",
     "test_preload_contract.py",
     "test_calendar_contract.py",
+    "test_limits_contract.py",
 )
 # Opening and closing belong to the wiring, not to a role's behaviour.
 _WIRING = {"open", "close"}

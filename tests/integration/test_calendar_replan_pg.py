@@ -71,7 +71,7 @@ async def test_a_shard_added_to_the_cluster_gets_every_calendar(shard_dsns: list
 async def test_previous_business_day_is_planned_in_time_on_real_shards(
     shard_dsns: list[str],
 ) -> None:
-    # Migration 24 on PostgreSQL: the due query's second branch finds the
+    # Migration 25 on PostgreSQL: the due query's second branch finds the
     # unsettled PREVIOUS_BUSINESS_DAY cron weeks ahead, and the write keeps
     # settled_next, so Monday's moved slot exists before its Friday run.
     clock = FakeClock(datetime(2027, 3, 3, 12, tzinfo=UTC))

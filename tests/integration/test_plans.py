@@ -128,7 +128,7 @@ async def test_materializer_pages_by_the_keyset_index_and_locks_by_primary_key(
         due = explain(conn, "due_crons", due_args)
         scans = [n for _, n in plan_nodes(due) if n.get("Relation Name") == "cron_jobs"]
         # Each branch an index scan in key order: the wave's index, and the
-        # unsettled PREVIOUS_BUSINESS_DAY crons' partial one (migration 24).
+        # unsettled PREVIOUS_BUSINESS_DAY crons' partial one (migration 25).
         assert [(n["Node Type"], n.get("Index Name")) for n in scans] == [
             ("Index Scan", "cron_jobs_due_key_idx"),
             ("Index Scan", "cron_jobs_unsettled_idx"),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import cluster.store
-from cluster.store.sql import QUERIES, load_queries
+from cluster.store.sql import DERIVED, QUERIES, load_queries
 
 _SQL = resources.files("cluster.store.sql")
 _STORE = Path(cluster.store.__file__).parent
@@ -33,7 +33,12 @@ def test_no_store_module_is_over_500_lines(path: Path) -> None:
 def test_every_statement_is_in_one_file_and_all_are_loaded() -> None:
     names = [n for f in _sql_files() for n in load_queries(_SQL.joinpath(f).read_text())]
     assert len(names) == len(set(names))
-    assert set(names) == set(QUERIES)
+    # And the variants made from one of them (not written out, so that they
+    # cannot drift from it).
+    assert not set(names) & set(DERIVED)
+    assert set(names) | set(DERIVED) == set(QUERIES)
+    for name, (source, derive) in DERIVED.items():
+        assert source in names and QUERIES[name] == derive(QUERIES[source]) != QUERIES[source]
 
 
 def test_a_name_defined_twice_is_refused() -> None:

@@ -12,7 +12,7 @@ from cluster.api.schemas import CreateJobIn
 from cluster.config import Settings
 from cluster.instants import parse_instant
 from cluster.targets.policy import AddressPolicy, TargetRefused
-from cluster.worker.limits import TokenBucket, parse_limits, target_key
+from cluster.worker.limits import parse_limits, target_key
 
 
 def make(**over: object) -> CreateJobIn:
@@ -138,14 +138,6 @@ def test_settings_refuse_bad_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VAKIT_API_TOKENS", "no-equals-sign")
     with pytest.raises(ValidationError):
         Settings()
-
-
-def test_token_bucket_is_pure_state() -> None:
-    bucket = TokenBucket(rate=2.0, burst=2.0, stamp=0.0)
-    assert bucket.take(0.0) == 0.0 and bucket.take(0.0) == 0.0
-    assert bucket.take(0.0) == pytest.approx(0.5)  # third firing waits for a token
-    assert bucket.take(0.0) == pytest.approx(1.0)  # and the fourth behind it
-    assert bucket.take(10.0) == 0.0  # refilled (capped at burst)
 
 
 def test_limits_parse_and_key() -> None:

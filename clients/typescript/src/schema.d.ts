@@ -612,6 +612,51 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Limits
+         * @description The limits in force, each for the whole cluster: configured ones and
+         *     those set at run time (which win).
+         */
+        get: operations["getLimits"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/limits/{key}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Put Limit
+         * @description Set a key's limit on every shard (idempotent: repeat it after a 503).
+         */
+        put: operations["putLimit"];
+        post?: never;
+        /**
+         * Delete Limit
+         * @description Drop a key's run-time limit: the configured one, if any, applies again.
+         */
+        delete: operations["deleteLimit"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/problems/{slug}": {
         parameters: {
             query?: never;
@@ -1395,6 +1440,75 @@ export interface components {
              * @description Shards that could not be read: their attempts are missing from `cluster`.
              */
             missingShards: number[];
+        };
+        /**
+         * LimitIn
+         * @description A key's limit for the whole cluster. Neither concurrency nor rate:
+         *     the key is not limited, whatever the configuration says.
+         */
+        LimitIn: {
+            /**
+             * Concurrency
+             * @description Firings in flight at once (0 pauses the key).
+             */
+            concurrency?: number | null;
+            /**
+             * Rate
+             * @description Firings per second.
+             */
+            rate?: number | null;
+            /**
+             * Burst
+             * @description Firings that may start together; default a fiftieth of the rate, at least 1.
+             */
+            burst?: number | null;
+        };
+        /** LimitOut */
+        LimitOut: {
+            /** Key */
+            key: string;
+            /** Concurrency */
+            concurrency: number | null;
+            /** Rate */
+            rate: number | null;
+            /**
+             * Burst
+             * @description As set; null: the default (rate / 50, at least 1).
+             */
+            burst: number | null;
+            /**
+             * Source
+             * @description `config` (VAKIT_TARGET_LIMITS) or `runtime` (set here).
+             */
+            source: string;
+            /**
+             * Scope
+             * @description Limits hold for the whole cluster.
+             * @default cluster
+             */
+            scope?: string;
+            /**
+             * Effectiveconcurrency
+             * @description The concurrency the cluster applies: whole shares per shard (at least 1 each).
+             */
+            effectiveConcurrency: number | null;
+            /**
+             * Consistent
+             * @description Every shard read holds the same run-time limit (false: repeat the PUT).
+             */
+            consistent: boolean;
+        };
+        /** LimitsOut */
+        LimitsOut: {
+            /** Shards */
+            shards: number;
+            /** Limits */
+            limits: components["schemas"]["LimitOut"][];
+            /**
+             * Unreadableshards
+             * @description Shards whose run-time limits could not be read.
+             */
+            unreadableShards: number[];
         };
         /** NoopTargetIn */
         NoopTargetIn: {
@@ -5885,6 +5999,340 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {unknown} */
                         type?: "/problems/forbidden";
+                    };
+                };
+            };
+            /** @description Too many requests for this owner or this API process; see Retry-After. Problem types: `/problems/too-many-requests`. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/too-many-requests";
+                    };
+                };
+            };
+            /** @description An unexpected error; it has been logged, without the request's data. Problem types: `/problems/internal-error`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/internal-error";
+                    };
+                };
+            };
+            /** @description A shard or ZooKeeper cannot be reached; nothing was written; see Retry-After. Problem types: `/problems/shard-unavailable`, `/problems/coordination-unavailable`. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/shard-unavailable" | "/problems/coordination-unavailable";
+                    };
+                };
+            };
+        };
+    };
+    getLimits: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LimitsOut"];
+                };
+            };
+            /** @description No token, or a token nobody issued. Problem types: `/problems/unauthorized`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/unauthorized";
+                    };
+                };
+            };
+            /** @description The token may not do this (a tenant acting for another owner, an operator-only view). Problem types: `/problems/forbidden`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/forbidden";
+                    };
+                };
+            };
+            /** @description Too many requests for this owner or this API process; see Retry-After. Problem types: `/problems/too-many-requests`. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/too-many-requests";
+                    };
+                };
+            };
+            /** @description An unexpected error; it has been logged, without the request's data. Problem types: `/problems/internal-error`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/internal-error";
+                    };
+                };
+            };
+            /** @description A shard or ZooKeeper cannot be reached; nothing was written; see Retry-After. Problem types: `/problems/shard-unavailable`, `/problems/coordination-unavailable`. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/shard-unavailable" | "/problems/coordination-unavailable";
+                    };
+                };
+            };
+        };
+    };
+    putLimit: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description What the limit applies to: an HTTP host (`billing.internal`) or `kafka:<topic>`, as VAKIT_TARGET_LIMITS names it. */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LimitIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LimitsOut"];
+                };
+            };
+            /** @description The body is not JSON, or not strict JSON (NaN, Infinity, a NUL byte, not UTF-8). Problem types: `/problems/malformed-json`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/malformed-json";
+                    };
+                };
+            };
+            /** @description No token, or a token nobody issued. Problem types: `/problems/unauthorized`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/unauthorized";
+                    };
+                };
+            };
+            /** @description The token may not do this (a tenant acting for another owner, an operator-only view). Problem types: `/problems/forbidden`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/forbidden";
+                    };
+                };
+            };
+            /** @description No such resource for this owner (another owner's resources included). Problem types: `/problems/not-found`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/not-found";
+                    };
+                };
+            };
+            /** @description The request body or the payload is over the configured limit. Problem types: `/problems/payload-too-large`. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/payload-too-large";
+                    };
+                };
+            };
+            /** @description The request can never be accepted as it is; nothing was changed. Problem types: `/problems/invalid-request`, `/problems/idempotency-key-reused`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/invalid-request" | "/problems/idempotency-key-reused";
+                    };
+                };
+            };
+            /** @description Too many requests for this owner or this API process; see Retry-After. Problem types: `/problems/too-many-requests`. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/too-many-requests";
+                    };
+                };
+            };
+            /** @description An unexpected error; it has been logged, without the request's data. Problem types: `/problems/internal-error`. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/internal-error";
+                    };
+                };
+            };
+            /** @description A shard or ZooKeeper cannot be reached; nothing was written; see Retry-After. Problem types: `/problems/shard-unavailable`, `/problems/coordination-unavailable`. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/shard-unavailable" | "/problems/coordination-unavailable";
+                    };
+                };
+            };
+        };
+    };
+    deleteLimit: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description What the limit applies to: an HTTP host (`billing.internal`) or `kafka:<topic>`, as VAKIT_TARGET_LIMITS names it. */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LimitsOut"];
+                };
+            };
+            /** @description No token, or a token nobody issued. Problem types: `/problems/unauthorized`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/unauthorized";
+                    };
+                };
+            };
+            /** @description The token may not do this (a tenant acting for another owner, an operator-only view). Problem types: `/problems/forbidden`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/forbidden";
+                    };
+                };
+            };
+            /** @description No such resource for this owner (another owner's resources included). Problem types: `/problems/not-found`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/not-found";
+                    };
+                };
+            };
+            /** @description The request can never be accepted as it is; nothing was changed. Problem types: `/problems/invalid-request`, `/problems/idempotency-key-reused`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/invalid-request" | "/problems/idempotency-key-reused";
                     };
                 };
             };

@@ -7,11 +7,12 @@ from typing import Protocol
 
 from cluster.store.contracts.insight import JobInsight
 from cluster.store.contracts.intake import JobIntake
+from cluster.store.contracts.limits import LimitSettings
 from cluster.store.contracts.sharded import Lifecycle
 
 __all__ = ["ApiJobStore"]
 
 
-class ApiJobStore(JobIntake, JobInsight, Lifecycle, Protocol):
+class ApiJobStore(JobIntake, JobInsight, LimitSettings, Lifecycle, Protocol):
     """What the API may do to jobs; the worker's claims and the leader's
     upkeep are not in it (import-linter holds the API to this)."""

@@ -17,12 +17,13 @@ from cluster.model import (
     RevokeReplacedParams,
     WorkerBeatParams,
 )
+from cluster.store.contracts.limits import LimitedClaims
 from cluster.store.contracts.readings import WorkersSeen
 
 __all__ = ["JobClaims"]
 
 
-class JobClaims(WorkersSeen, Protocol):
+class JobClaims(WorkersSeen, LimitedClaims, Protocol):
     """What a worker does to jobs: every write after the claim is fenced by
     the attempt it claimed (DESIGN.md, invariant 2)."""
 

@@ -13,12 +13,12 @@ as :mod:`cluster.store.postgres` is cut.
 
 from __future__ import annotations
 
-from cluster.store.memory.claims import MemClaims
 from cluster.store.memory.insight import MemInsight
 from cluster.store.memory.intake import MemIntake
+from cluster.store.memory.limits import MemLimits
 
 __all__ = ["MemStore"]
 
 
-class MemStore(MemIntake, MemClaims, MemInsight):
+class MemStore(MemIntake, MemLimits, MemInsight):
     """The :class:`~cluster.store.base.Store` contract in memory."""

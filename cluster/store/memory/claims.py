@@ -24,6 +24,7 @@ from cluster.model import (
     WorkersSeenParams,
 )
 from cluster.store.memory.shards import MAX_ATTEMPTS, MemRow, MemShard, MemShards
+from cluster.targets.kinds import KINDS
 
 __all__ = ["MemClaims"]
 
@@ -40,11 +41,15 @@ class MemClaims(MemShards):
                 hi = now + timedelta(seconds=params.prefetch_seconds, microseconds=1)
             else:
                 lo, hi = params.window
+            limited = set(params.limited)
             due = sorted(
                 (
                     r
                     for r in s.rows.values()
-                    if not r.far and r.job.status is JobStatus.SCHEDULED and lo <= r.job.run_at < hi
+                    if not r.far
+                    and r.job.status is JobStatus.SCHEDULED
+                    and lo <= r.job.run_at < hi
+                    and not (limited and KINDS.limit_key(r.job.target) in limited)
                 ),
                 key=lambda r: r.job.run_at,
             )[: params.limit]
@@ -52,30 +57,37 @@ class MemClaims(MemShards):
             for row in due:
                 job = row.job
                 lease = min(job.timeout_seconds, params.lease_seconds) + params.grace_seconds
-                row.job = dataclasses.replace(
-                    job, status=JobStatus.RUNNING, attempt=job.attempt + 1
-                )
-                row.locked_by = params.worker_id
-                row.claimed_at = now
-                row.lease_until = max(job.run_at, now) + timedelta(seconds=lease)
-                j = row.job
                 out.append(
-                    ClaimedJob(
-                        id=j.id,
-                        attempt=j.attempt,
-                        max_attempts=j.max_attempts,
-                        type=j.type,
-                        scheduled_for=j.scheduled_for,
-                        run_at=j.run_at,
-                        timeout_seconds=j.timeout_seconds,
-                        target=j.target,
-                        payload_json=json.dumps(j.payload),
-                        lease_until=row.lease_until,
-                        cron_id=j.cron_id,
-                        owner=j.owner,
+                    self._take_row(
+                        row, params.worker_id, now, max(job.run_at, now) + timedelta(seconds=lease)
                     )
                 )
             return out
+
+    def _take_row(
+        self, row: MemRow, worker_id: str, now: datetime, lease_until: datetime
+    ) -> ClaimedJob:
+        """``row`` claimed: RUNNING with a new attempt and a lease."""
+        job = row.job
+        row.job = dataclasses.replace(job, status=JobStatus.RUNNING, attempt=job.attempt + 1)
+        row.locked_by = worker_id
+        row.claimed_at = now
+        row.lease_until = lease_until
+        j = row.job
+        return ClaimedJob(
+            id=j.id,
+            attempt=j.attempt,
+            max_attempts=j.max_attempts,
+            type=j.type,
+            scheduled_for=j.scheduled_for,
+            run_at=j.run_at,
+            timeout_seconds=j.timeout_seconds,
+            target=j.target,
+            payload_json=json.dumps(j.payload),
+            lease_until=row.lease_until,
+            cron_id=j.cron_id,
+            owner=j.owner,
+        )
 
     async def due_ahead(self, shard: int, params: DueAheadParams) -> list[DueSecond]:
         s = self._shard(shard)

@@ -15,6 +15,7 @@ from cluster.model import (
     AttemptRecord,
     JobRecord,
     JobStatus,
+    LimitSetting,
 )
 from cluster.store.sql import load_migrations
 
@@ -51,6 +52,8 @@ class MemShard:
     attempts: dict[uuid.UUID, list[AttemptRecord]] = field(default_factory=dict)
     keys: dict[tuple[str, str], MemKey] = field(default_factory=dict)
     beats: dict[str, datetime] = field(default_factory=dict)
+    limits: dict[str, LimitSetting] = field(default_factory=dict)  # target_limits
+    buckets: dict[str, datetime] = field(default_factory=dict)  # limit_buckets
 
 
 class MemShards:

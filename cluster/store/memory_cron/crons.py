@@ -45,7 +45,7 @@ class MemCrons:
     calendars: dict[tuple[str, str], CalendarRecord] = field(default_factory=dict)
     # cron_jobs.calendar_held and calendar_version: (calendar, version) by cron.
     held_versions: dict[uuid.UUID, tuple[str, int]] = field(default_factory=dict)
-    # Migration 24's settled_next, by cron (absent: NULL).
+    # Migration 25's settled_next, by cron (absent: NULL).
     settled_next: dict[uuid.UUID, datetime | None] = field(default_factory=dict)
 
 

@@ -26,7 +26,7 @@ __all__ = ["MemCronUpkeep"]
 
 
 def _settled(c: MemCrons, x: CronRecord) -> bool:
-    """Migration 24: whether the materializer planned ``x`` up to a settled slot."""
+    """Migration 25: whether the materializer planned ``x`` up to a settled slot."""
     return (
         x.calendar_policy != "PREVIOUS_BUSINESS_DAY" or c.settled_next.get(x.id) == x.next_fire_at
     )

@@ -15,12 +15,13 @@ from __future__ import annotations
 from cluster.store.postgres.claims import PgClaims
 from cluster.store.postgres.insight import PgInsight, search_statements
 from cluster.store.postgres.intake import PgIntake
+from cluster.store.postgres.limits import PgLimits
 from cluster.store.postgres.upkeep import BACKLOG_CAP
 
 __all__ = ["BACKLOG_CAP", "PgStore", "search_statements"]
 
 
-class PgStore(PgIntake, PgClaims, PgInsight):
+class PgStore(PgIntake, PgClaims, PgLimits, PgInsight):
     """The :class:`~cluster.store.base.Store` contract on PostgreSQL shards:
     every role's mixin over the same pools (the insight mixin brings the
     upkeep's)."""

@@ -26,7 +26,7 @@ from cluster.model import (
 )
 from cluster.store.pgshards import PgShards, wrap_exceptions
 
-__all__ = ["PgClaims"]
+__all__ = ["PgClaims", "claimed_row"]
 
 
 # Parsed targets by their JSON text. A wave fires many jobs at few targets:
@@ -43,7 +43,7 @@ def _target(text: str) -> dict[str, Any]:
     return target
 
 
-def _claimed_row(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
+def claimed_row(cursor: Any) -> Callable[[Sequence[Any]], ClaimedJob]:
     """A claimed row becomes a ClaimedJob directly: the claim's columns come
     in the order of its fields (jobs_claims.sql, claim_jobs), the target as
     text."""
@@ -91,21 +91,21 @@ class PgClaims(PgShards):
 
     @wrap_exceptions
     async def claim_jobs(self, shard: int, params: ClaimParams) -> list[ClaimedJob]:
-        return await self.fetch_as(
-            shard,
-            "claim_jobs",
-            {
-                "worker": params.worker_id,
-                "limit": params.limit,
-                "lease": params.lease_seconds,
-                "grace": params.grace_seconds,
-                "prefetch": params.prefetch_seconds,
-                "now": params.now,
-                "from": params.window[0] if params.window else None,
-                "until": params.window[1] if params.window else None,
-            },
-            _claimed_row,
-        )
+        args: dict[str, Any] = {
+            "worker": params.worker_id,
+            "limit": params.limit,
+            "lease": params.lease_seconds,
+            "grace": params.grace_seconds,
+            "prefetch": params.prefetch_seconds,
+            "now": params.now,
+            "from": params.window[0] if params.window else None,
+            "until": params.window[1] if params.window else None,
+        }
+        if not params.limited:
+            # No limit set: the claim as it always was, nothing to pay.
+            return await self.fetch_as(shard, "claim_jobs", args, claimed_row)
+        args["limited"] = list(params.limited)
+        return await self.fetch_as(shard, "claim_jobs_except", args, claimed_row)
 
     @wrap_exceptions
     async def due_ahead(self, shard: int, params: DueAheadParams) -> list[DueSecond]:

@@ -3,7 +3,7 @@
 The statements are cut as the store is, one file per role contract and
 table (``jobs_intake.sql``, ``jobs_claims.sql``, ``jobs_upkeep.sql``,
 ``jobs_insight.sql``, ``crons_intake.sql``, ``crons_upkeep.sql``,
-``shards.sql``, ``moves.sql``, ``calendars.sql``), each of ``-- name: <name>`` blocks. :data:`QUERIES` maps
+``shards.sql``, ``moves.sql``, ``calendars.sql``, ``limits.sql``), each of ``-- name: <name>`` blocks. :data:`QUERIES` maps
 every name of every file to its text, in one namespace, loaded once; a name
 defined twice, in one file or in two, is refused. A job's (and a cron's) column lists are
 written ``{job.given}``, ``{job.read:j}`` and the like: each is expanded
@@ -22,14 +22,17 @@ write the API asked for, which the store answers with
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
 from cluster.model.columns import column_lists
 
 __all__ = [
+    "DERIVED",
     "QUERIES",
     "Migration",
+    "except_limited",
     "expand_columns",
     "expand_fences",
     "load_all_queries",
@@ -133,7 +136,31 @@ def load_all_queries() -> dict[str, str]:
             if name in queries:
                 raise ValueError(f"query {name!r} is defined twice ({entry.name})")
             queries[name] = expand_fences(expand_columns(name, text))
+    for name, (source, derive) in DERIVED.items():
+        queries[name] = derive(queries[source])
     return queries
+
+
+_DUE = "WHERE status = 'SCHEDULED'"
+
+
+def except_limited(claim: str) -> str:
+    """The regular claim leaving out the jobs of the keys in
+    ``%(limited)s`` (issue 44: those are claimed by ``claim_limited``).
+    Derived, not copied: the claim stays one statement, and with no limit
+    set the worker runs ``claim_jobs`` itself, unchanged."""
+    if _DUE not in claim:
+        raise ValueError("claim_jobs no longer says " + _DUE)
+    return claim.replace(
+        _DUE, _DUE + "\n       AND vakit_limit_key(target_kind, target) <> ALL(%(limited)s)", 1
+    )
+
+
+# Statements made from another one rather than written out (name: (source,
+# how)): a variant that must not drift from its source.
+DERIVED: dict[str, tuple[str, Callable[[str], str]]] = {
+    "claim_jobs_except": ("claim_jobs", except_limited),
+}
 
 
 QUERIES: dict[str, str] = load_all_queries()

@@ -63,6 +63,6 @@ UPDATE cron_jobs
                                THEN %(version)s::int8
                                ELSE greatest(calendar_version, %(version)s::int8) END,
        -- The calendar's new days may move a later slot before the settled
-       -- one: the materializer settles the cron again (migration 24).
+       -- one: the materializer settles the cron again (migration 25).
        settled_next = NULL
  WHERE id = %(id)s;

@@ -71,7 +71,7 @@ SELECT c.*, cron_recent_success(c.id) AS recent_success_at,
 UPDATE cron_jobs
    SET {cron.set_params},
        -- A changed definition (its calendar, its policy) is settled again
-       -- by the materializer (migration 24).
+       -- by the materializer (migration 25).
        settled_next = NULL,
        updated_at = now()
  WHERE id = %(id)s AND owner_service = %(owner)s AND {fence_refuse:%(id)s::uuid}

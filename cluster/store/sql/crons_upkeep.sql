@@ -26,7 +26,7 @@ DELETE FROM cron_occurrences
 -- copies target and payload inside the database). (next_fire_at, id) is
 -- the index cron_jobs_due_key_idx: a page starts where the last one ended,
 -- even inside an instant a million crons share. The second branch adds the
--- PREVIOUS_BUSINESS_DAY crons not yet settled (migration 24) up to
+-- PREVIOUS_BUSINESS_DAY crons not yet settled (migration 25) up to
 -- `unsettled_until`, from their own partial index; each branch is an index
 -- scan in key order, and the merge keeps the order.
 SELECT * FROM (
@@ -148,7 +148,7 @@ moved AS (
            skipped_count = c.skipped_count + v.skipped,
            run_count = c.run_count + v.runs,
            -- A PREVIOUS_BUSINESS_DAY cron planned up to a settled slot
-           -- says so (migration 24); every other cron keeps NULL.
+           -- says so (migration 25); every other cron keeps NULL.
            settled_next = CASE WHEN c.calendar_policy IS DISTINCT FROM 'PREVIOUS_BUSINESS_DAY'
                                THEN c.settled_next
                                WHEN v.settled THEN v.next END

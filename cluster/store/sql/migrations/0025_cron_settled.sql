@@ -1,4 +1,4 @@
--- Version 24: crons that move a slot to the PREVIOUS business day (issue 45).
+-- Version 25: crons that move a slot to the PREVIOUS business day (issue 45).
 --
 -- Such a slot runs before it is due, up to MAX_MOVE_DAYS (31) days before:
 -- keyed on next_fire_at alone, the materializer would meet it too late. It
