@@ -168,6 +168,8 @@ async def get_owner(
     authorization: str | None = Header(None),
     owner: str | None = Query(
         None,
+        min_length=1,
+        max_length=64,
         description="Operator tokens only: act for this owner service (a tenant token "
         "may name only its own).",
     ),

@@ -6,7 +6,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, PlainValidator, model_validator
 
-from cluster.api.schemas import MAX_BATCH, ProblemOut, Rfc3339, TargetIn, UtcDatetime
+from cluster.api.schemas import (
+    MAX_BATCH,
+    ProblemOut,
+    Rfc3339,
+    TargetIn,
+    UtcDatetime,
+    batch_item,
+)
 from cluster.services.cron_document import (
     NAME,
     Bounds,
@@ -35,7 +42,26 @@ __all__ = [
 ]
 
 
+def _no_null_branches(schema: dict[str, Any]) -> None:
+    """The document says what _no_null_for_required checks: null is no value
+    for a field outside _NULLABLE."""
+    for name, prop in schema.get("properties", {}).items():
+        branches = prop.get("anyOf")
+        if name in _NULLABLE or not branches:
+            continue
+        kept = [b for b in branches if b.get("type") != "null"]
+        if prop.get("default", ...) is None:
+            del prop["default"]
+        if len(kept) == 1:
+            del prop["anyOf"]
+            prop.update(kept[0])
+        else:
+            prop["anyOf"] = kept
+
+
 class PatchCronIn(Bounds):
+    model_config = Bounds.model_config | {"json_schema_extra": _no_null_branches}
+
     schedule: str | None = Field(None, min_length=1, max_length=200)
     timeZone: str | None = Field(None, min_length=1, max_length=64)
     type: str | None = Field(None, min_length=1, max_length=64, pattern=NAME)
@@ -173,12 +199,21 @@ class TriggerOut(BaseModel):
 # -- batch create -----------------------------------------------------------
 
 # Items are validated one by one in the handler (one bad cron gets its own
-# 422); the schema documents each as a CreateCronIn.
-_RawCron = Annotated[Any, PlainValidator(lambda v: v, json_schema_input_type=CreateCronIn)]
+# 422); the document says so: a CreateCronIn, or any other value, answered
+# with its own 422.
+_RawCron = Annotated[
+    Any,
+    PlainValidator(batch_item, json_schema_input_type=CreateCronIn | Any),
+]
 
 
 class BatchCreateCronsIn(_Strict):
-    cronJobs: list[_RawCron] = Field(min_length=1, max_length=MAX_BATCH)
+    cronJobs: list[_RawCron] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description="Each a CreateCronIn. Any other value gets its own 422 in `results`, and the "
+        "others go ahead.",
+    )
 
 
 class BatchCronResult(BaseModel):

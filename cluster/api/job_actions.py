@@ -26,7 +26,7 @@ from cluster.api.operator_schemas import (
 from cluster.api.problems import kind_of
 from cluster.api.schemas import JobOut
 from cluster.errors import InvalidRequest
-from cluster.instants import parse_instant, utc
+from cluster.instants import INSTANT_PATTERN, parse_instant, utc
 from cluster.model import JobSearchParams, JobStatus
 from cluster.services import job_actions as actions
 from cluster.services.job_actions import BulkResult, JobPage
@@ -131,10 +131,18 @@ async def search_jobs(
     ),
     type: str | None = Query(None, min_length=1, max_length=64),
     cronJobId: str | None = Query(None, description="Only this cron job's occurrences."),
-    runAtFrom: str | None = Query(None, description="RFC 3339; runAt at or after it."),
-    runAtTo: str | None = Query(None, description="RFC 3339; runAt before it."),
-    finishedFrom: str | None = Query(None, description="RFC 3339; finished at or after it."),
-    finishedTo: str | None = Query(None, description="RFC 3339; finished before it."),
+    runAtFrom: str | None = Query(
+        None, pattern=INSTANT_PATTERN, description="RFC 3339; runAt at or after it."
+    ),
+    runAtTo: str | None = Query(
+        None, pattern=INSTANT_PATTERN, description="RFC 3339; runAt before it."
+    ),
+    finishedFrom: str | None = Query(
+        None, pattern=INSTANT_PATTERN, description="RFC 3339; finished at or after it."
+    ),
+    finishedTo: str | None = Query(
+        None, pattern=INSTANT_PATTERN, description="RFC 3339; finished before it."
+    ),
     limit: int = Query(50, ge=1, le=500),
     cursor: str | None = Query(
         None, max_length=64, description="The nextCursor of the previous page."

@@ -28,6 +28,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from cluster.api.openapi_exact import exact_document
 from cluster.api.problems import KINDS, PROBLEM, ProblemKind
 
 __all__ = ["install_openapi", "operation_id", "problem_responses"]
@@ -163,6 +164,7 @@ def _rewrite(spec: dict[str, Any]) -> dict[str, Any]:
         for operation in operations.values():
             _rewrite_operation(path, operation)
     _add_links(spec)
+    exact_document(spec)
     return spec
 
 
