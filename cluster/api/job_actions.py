@@ -16,9 +16,11 @@ import shardmap
 from cluster.api.context import Ctx, Owner
 from cluster.api.jobs import job_out
 from cluster.api.operator_schemas import (
+    BulkCancelIn,
     BulkFailure,
     BulkJobsIn,
     BulkJobsOut,
+    BulkRetryIn,
     JobPageOut,
     PauseIn,
     problems,
@@ -222,7 +224,7 @@ def _bulk_out(result: BulkResult) -> BulkJobsOut:
 
 
 @router.post("/api/v1/jobs:retry", response_model=BulkJobsOut, responses=problems(422))
-async def retry_jobs(body: BulkJobsIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
+async def retry_jobs(body: BulkRetryIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
     """Retry the jobs the filters match (FAILED by default; FAILED and/or
     CANCELLED), newest first, at most ``limit`` per call: call again while
     ``more`` is true. ``dryRun`` lists them and changes nothing."""
@@ -234,7 +236,7 @@ async def retry_jobs(body: BulkJobsIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
 
 
 @router.post("/api/v1/jobs:cancel", response_model=BulkJobsOut, responses=problems(422))
-async def cancel_jobs(body: BulkJobsIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
+async def cancel_jobs(body: BulkCancelIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
     """Cancel the SCHEDULED jobs the filters match (paused ones too), newest
     first, at most ``limit`` per call. ``dryRun`` lists them and changes nothing."""
     statuses = actions.cancel_statuses(body.status)

@@ -120,10 +120,17 @@ def install_openapi(app: FastAPI) -> None:
 # (the fuzz test's schemathesis) chain a create with what follows.
 _LINKS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     # operation: (status, path parameter, response field, operations it feeds)
-    "createJob": ("201", "job_id", "jobId", ("getJob", "patchJob", "deleteJob")),
+    "createJob": (
+        "201", "job_id", "jobId",
+        ("getJob", "patchJob", "deleteJob", "retryJob", "pauseJob", "resumeJob"),
+    ),
     "createCron": (
         "201", "cron_job_id", "cronJobId",
-        ("getCron", "patchCron", "deleteCron", "triggerCron", "previewCron", "cronRuns"),
+        ("getCron", "patchCron", "deleteCron", "triggerCron", "previewCron", "cronRuns",
+         "pauseCron", "resumeCron", "backfillCron"),
+    ),
+    "createCalendar": (
+        "201", "name", "name", ("getCalendar", "replaceCalendar", "deleteCalendar"),
     ),
 }  # fmt: skip
 

@@ -95,6 +95,41 @@ _QUERY_PATTERNS = {
 }
 
 
+# Path (and query) parameters by name: ids, and a calendar's name
+# (cluster.cron.calendar_rules.check_calendar_name).
+_PATH_PATTERNS = {
+    "job_id": ID_PATTERNS["job"],
+    "cron_job_id": ID_PATTERNS["cron"],
+    "cronJobId": ID_PATTERNS["cron"],
+    "name": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$",
+}
+
+
+# cluster.api.strictjson: a rule of every string of every request, which a
+# pattern on each would only repeat.
+_STRICT_JSON = (
+    " Requests are I-JSON (RFC 7493): no string, in a body or a query, may hold a NUL "
+    "character (\\u0000) or a lone surrogate, and a number must fit a double; such a "
+    "request is refused with a 422 (400 when it is not JSON at all)."
+)
+# An HTTP target's extra headers as cluster.targets.kinds.http checks them.
+# Which names an owner may set is the operator's (VAKIT_TARGET_HEADER_DENY)
+# and Vakit's own: said in the field's description.
+_HEADERS = {
+    "type": "object",
+    "maxProperties": 20,
+    "propertyNames": {"pattern": "^[A-Za-z0-9-]{1,64}$"},
+    "additionalProperties": {"type": "string", "maxLength": 1024, "pattern": "^[^\\r\\n]*$"},
+}
+
+
+def _headers(prop: dict[str, Any]) -> None:
+    for branch in prop.get("anyOf", [prop]):
+        if branch.get("type") == "object":
+            branch.clear()
+            branch.update(_HEADERS)
+
+
 def _string_branch(prop: dict[str, Any]) -> dict[str, Any] | None:
     """The string schema of a property, inside ``anyOf`` when it is optional."""
     if prop.get("type") == "string":
@@ -121,7 +156,12 @@ def exact_document(spec: dict[str, Any]) -> None:
         "type": "string",
         "enum": zone_names(),
     }
+    info = spec.setdefault("info", {})
+    info["description"] = info.get("description", "") + _STRICT_JSON
     for model, name, prop in _properties(spec):
+        if name == "headers" and model.startswith("Http"):
+            _headers(prop)
+            continue
         branch = _string_branch(prop)
         if branch is None:
             continue
@@ -135,17 +175,17 @@ def exact_document(spec: dict[str, Any]) -> None:
             prop["description"] = prop.get("description", "") + _SCHEDULE_HELP
         elif name == "cronJobId" and not model.endswith(("Out", "Result")):
             branch["pattern"] = ID_PATTERNS["cron"]
+        elif name == "cursor" and model.startswith("Bulk"):
+            branch["pattern"] = ID_PATTERNS["job"]
     for operations in spec.get("paths", {}).values():
         for operation in operations.values():
             if operation.get("operationId") == "searchJobs":
                 _search_parameters(operation)
             for param in operation.get("parameters", ()):
-                kind = {"job_id": "job", "cron_job_id": "cron", "cronJobId": "cron"}.get(
-                    param["name"]
-                )
                 branch = _string_branch(param.get("schema", {}))
-                if kind is not None and branch is not None:
-                    branch["pattern"] = ID_PATTERNS[kind]
+                pattern = _PATH_PATTERNS.get(param["name"])
+                if pattern is not None and branch is not None and param["in"] != "header":
+                    branch["pattern"] = pattern
 
 
 def _search_parameters(operation: dict[str, Any]) -> None:

@@ -23,9 +23,11 @@ __all__ = [
     "BackfillIn",
     "BackfillOut",
     "BackfillSlotOut",
+    "BulkCancelIn",
     "BulkFailure",
     "BulkJobsIn",
     "BulkJobsOut",
+    "BulkRetryIn",
     "JobPageOut",
     "LatenessMinuteOut",
     "LatenessOut",
@@ -37,8 +39,6 @@ __all__ = [
 # Slots one backfill call writes; a longer range is continued from nextFrom.
 # Jobs one bulk retry or cancel acts on; the next call takes the next ones.
 MAX_BULK = 1000
-
-JobStatusName = Literal["SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED"]
 
 
 _PROBLEM_TEXT = {
@@ -81,11 +81,9 @@ class PauseIn(_Strict):
 
 
 class BulkJobsIn(_Strict):
-    """The filters of ``GET /api/v1/jobs``, as a body. A bulk retry takes
-    FAILED jobs unless ``status`` says otherwise (FAILED and/or CANCELLED);
-    a bulk cancel takes SCHEDULED jobs (RUNNING ones cannot be cancelled)."""
+    """The filters of ``GET /api/v1/jobs``, as a body, but ``status``, whose
+    values are each action's (:class:`BulkRetryIn`, :class:`BulkCancelIn`)."""
 
-    status: list[JobStatusName] | None = Field(None, min_length=1, max_length=6)
     type: str | None = Field(None, min_length=1, max_length=64)
     cronJobId: str | None = Field(None, min_length=1, max_length=64)
     runAtFrom: Rfc3339 | None = None
@@ -106,6 +104,18 @@ class BulkJobsIn(_Strict):
     @classmethod
     def _times(cls, value: str | None) -> str | None:
         return _rfc3339(value, "time")
+
+
+class BulkRetryIn(BulkJobsIn):
+    """A bulk retry's filters: FAILED and/or CANCELLED jobs (FAILED without ``status``)."""
+
+    status: list[Literal["FAILED", "CANCELLED"]] | None = Field(None, min_length=1, max_length=6)
+
+
+class BulkCancelIn(BulkJobsIn):
+    """A bulk cancel's filters: SCHEDULED jobs only (``status`` may say so, once)."""
+
+    status: list[Literal["SCHEDULED"]] | None = Field(None, min_length=1, max_length=1)
 
 
 class BulkFailure(BaseModel):

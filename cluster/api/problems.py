@@ -21,8 +21,9 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Match, Route
+from starlette.routing import Match
 
+from cluster.api.calendar_schemas import CALENDAR_DAY
 from cluster.api.strictjson import StrictJsonError
 from cluster.errors import (
     Conflict,
@@ -226,6 +227,7 @@ def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None
 _PATTERN_MEANS = {
     INSTANT_PATTERN: "must be an RFC 3339 timestamp with a T and an offset, from "
     "1970-01-01T00:00:00Z and before 9000-01-01T00:00:00Z, e.g. 2026-10-23T14:30:00Z",
+    CALENDAR_DAY: "is not an ISO date (YYYY-MM-DD) or is outside the years 1900-2200",
 }
 
 
@@ -301,15 +303,16 @@ _METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
 def _allowed_methods(request: Request) -> str:
-    """The ``Allow`` of a 405: every method of every route that serves this
-    path, as the OpenAPI document lists its operations (and HEAD with GET)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, Route) and route.methods:
-            match, _ = route.matches(request.scope)
-            if match is not Match.NONE:
-                methods |= route.methods
-    return ", ".join(m for m in _METHOD_ORDER if m in methods)
+    """The ``Allow`` of a 405: every method some route serves at this path,
+    as the OpenAPI document lists the path's operations (and HEAD with GET).
+    Each method is asked of the router as it would route it: routes may be
+    nested (included routers), and only a 405 pays for it."""
+    allowed = []
+    for method in _METHOD_ORDER:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return ", ".join(allowed)
 
 
 def install_handlers(app: FastAPI) -> None:
