@@ -15,6 +15,7 @@ from cluster.api.schemas import (
     batch_item,
 )
 from cluster.services.cron_document import (
+    MAX_RUNS,
     NAME,
     Bounds,
     CalendarPolicy,
@@ -82,7 +83,7 @@ class PatchCronIn(Bounds):
     calendarPolicy: CalendarPolicy | None = None
     startAt: Rfc3339 | None = Field(None, description="null removes the bound.")
     endAt: Rfc3339 | None = Field(None, description="null removes the bound.")
-    maxRuns: int | None = Field(None, ge=1, description="null removes the bound.")
+    maxRuns: int | None = Field(None, ge=1, le=MAX_RUNS, description="null removes the bound.")
 
     @model_validator(mode="after")
     def _no_null_for_required(self) -> PatchCronIn:

@@ -130,6 +130,14 @@ def _headers(prop: dict[str, Any]) -> None:
             branch.update(_HEADERS)
 
 
+# Rules between fields, which a schema of one field cannot say: in its
+# description, and refused with a 422.
+_CROSS_FIELD = {
+    "startAt": "Not after endAt.",
+    "includeDates": "A day may not be in excludeDates as well.",
+}
+
+
 def _string_branch(prop: dict[str, Any]) -> dict[str, Any] | None:
     """The string schema of a property, inside ``anyOf`` when it is optional."""
     if prop.get("type") == "string":
@@ -162,6 +170,9 @@ def exact_document(spec: dict[str, Any]) -> None:
         if name == "headers" and model.startswith("Http"):
             _headers(prop)
             continue
+        rule = _CROSS_FIELD.get(name)
+        if rule is not None and not model.endswith("Out"):
+            prop["description"] = (prop.get("description", "") + " " + rule).strip()
         branch = _string_branch(prop)
         if branch is None:
             continue

@@ -21,6 +21,7 @@ from cluster.services.documents import Rfc3339, Strict, TargetIn, target_dict
 
 __all__ = [
     "DOCUMENT_FIELDS",
+    "MAX_RUNS",
     "NAME",
     "Bounds",
     "CalendarPolicy",
@@ -34,6 +35,8 @@ __all__ = [
     "instant",
 ]
 
+# A cron's max_runs column is a PostgreSQL integer: a larger bound was a 500.
+MAX_RUNS = 2**31 - 1
 Misfire = Literal["RUN_ALL", "RUN_ONCE", "SKIP"]
 Concurrency = Literal["ALLOW", "FORBID", "REPLACE"]
 MonthEnd = Literal["SKIP", "CLAMP"]
@@ -108,6 +111,7 @@ class CreateCronIn(Bounds):
     maxRuns: int | None = Field(
         None,
         ge=1,
+        le=MAX_RUNS,
         description="At most this many occurrences by the schedule (manual triggers not counted).",
     )
     calendar: str | None = Field(
