@@ -840,24 +840,11 @@ export interface components {
             jobStatus?: string | null;
             problem?: components["schemas"]["ProblemOut"] | null;
         };
-        /** BulkFailure */
-        BulkFailure: {
-            /** Jobid */
-            jobId: string;
-            /** Status */
-            status: number;
-            /** Detail */
-            detail: string;
-        };
         /**
-         * BulkJobsIn
-         * @description The filters of ``GET /api/v1/jobs``, as a body. A bulk retry takes
-         *     FAILED jobs unless ``status`` says otherwise (FAILED and/or CANCELLED);
-         *     a bulk cancel takes SCHEDULED jobs (RUNNING ones cannot be cancelled).
+         * BulkCancelIn
+         * @description A bulk cancel's filters: SCHEDULED jobs only (``status`` may say so, once).
          */
-        BulkJobsIn: {
-            /** Status */
-            status?: ("SCHEDULED" | "RUNNING" | "SUCCEEDED" | "FAILED" | "CANCELLED" | "SKIPPED")[] | null;
+        BulkCancelIn: {
             /** Type */
             type?: string | null;
             /** Cronjobid */
@@ -887,6 +874,17 @@ export interface components {
              * @description The previous call's nextCursor: go on below the jobs it examined, so a job it was refused for is not met again.
              */
             cursor?: string | null;
+            /** Status */
+            status?: "SCHEDULED"[] | null;
+        };
+        /** BulkFailure */
+        BulkFailure: {
+            /** Jobid */
+            jobId: string;
+            /** Status */
+            status: number;
+            /** Detail */
+            detail: string;
         };
         /** BulkJobsOut */
         BulkJobsOut: {
@@ -916,6 +914,43 @@ export interface components {
             missingShards: number[];
         };
         /**
+         * BulkRetryIn
+         * @description A bulk retry's filters: FAILED and/or CANCELLED jobs (FAILED without ``status``).
+         */
+        BulkRetryIn: {
+            /** Type */
+            type?: string | null;
+            /** Cronjobid */
+            cronJobId?: string | null;
+            /** Runatfrom */
+            runAtFrom?: string | null;
+            /** Runatto */
+            runAtTo?: string | null;
+            /** Finishedfrom */
+            finishedFrom?: string | null;
+            /** Finishedto */
+            finishedTo?: string | null;
+            /**
+             * Limit
+             * @description At most this many jobs per call.
+             * @default 100
+             */
+            limit?: number;
+            /**
+             * Dryrun
+             * @description Say which jobs would be acted on; change nothing.
+             * @default false
+             */
+            dryRun?: boolean;
+            /**
+             * Cursor
+             * @description The previous call's nextCursor: go on below the jobs it examined, so a job it was refused for is not met again.
+             */
+            cursor?: string | null;
+            /** Status */
+            status?: ("FAILED" | "CANCELLED")[] | null;
+        };
+        /**
          * CalendarIn
          * @description A calendar's days: what a PUT replaces whole.
          */
@@ -928,7 +963,7 @@ export interface components {
             excludeDates?: string[];
             /**
              * Includedates
-             * @description Days worked although the business week says not (a working Saturday), ISO dates.
+             * @description Days worked although the business week says not (a working Saturday), ISO dates. A day may not be in excludeDates as well.
              */
             includeDates?: string[];
             /**
@@ -983,7 +1018,7 @@ export interface components {
             excludeDates?: string[];
             /**
              * Includedates
-             * @description Days worked although the business week says not (a working Saturday), ISO dates.
+             * @description Days worked although the business week says not (a working Saturday), ISO dates. A day may not be in excludeDates as well.
              */
             includeDates?: string[];
             /**
@@ -1065,7 +1100,7 @@ export interface components {
             dstPolicy?: "CRONIE" | "SKIP" | "BOTH";
             /**
              * Startat
-             * @description No slot before this instant.
+             * @description No slot before this instant. Not after endAt.
              */
             startAt?: string | null;
             /**
@@ -1451,7 +1486,7 @@ export interface components {
             calendarPolicy?: ("SKIP" | "NEXT_BUSINESS_DAY" | "PREVIOUS_BUSINESS_DAY") | null;
             /**
              * Startat
-             * @description null removes the bound.
+             * @description null removes the bound. Not after endAt.
              */
             startAt?: string | null;
             /**
@@ -2812,7 +2847,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["BulkJobsIn"];
+                "application/json": components["schemas"]["BulkRetryIn"];
             };
         };
         responses: {
@@ -2939,7 +2974,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["BulkJobsIn"];
+                "application/json": components["schemas"]["BulkCancelIn"];
             };
         };
         responses: {
@@ -3146,6 +3181,18 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {unknown} */
                         type?: "/problems/forbidden";
+                    };
+                };
+            };
+            /** @description The request can never be accepted as it is; nothing was changed. Problem types: `/problems/invalid-request`, `/problems/idempotency-key-reused`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/invalid-request" | "/problems/idempotency-key-reused";
                     };
                 };
             };
@@ -5704,6 +5751,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description The request can never be accepted as it is; nothing was changed. Problem types: `/problems/invalid-request`, `/problems/idempotency-key-reused`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/invalid-request" | "/problems/idempotency-key-reused";
+                    };
+                };
+            };
             /** @description Too many requests for this owner or this API process; see Retry-After. Problem types: `/problems/too-many-requests`. */
             429: {
                 headers: {
@@ -5923,6 +5982,18 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {unknown} */
                         type?: "/problems/conflict" | "/problems/idempotency-key-in-flight";
+                    };
+                };
+            };
+            /** @description The request can never be accepted as it is; nothing was changed. Problem types: `/problems/invalid-request`, `/problems/idempotency-key-reused`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/invalid-request" | "/problems/idempotency-key-reused";
                     };
                 };
             };
