@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, PlainValidator, model_validator
+from pydantic import BaseModel, Field, PlainValidator, StrictBool, model_validator
 
 from cluster.api.schemas import (
     MAX_BATCH,
@@ -74,7 +74,7 @@ class PatchCronIn(Bounds):
     maxAttempts: int | None = Field(None, ge=1, le=100)
     timeoutSeconds: int | None = Field(None, ge=1, le=86400)
     startingDeadlineSeconds: int | None = Field(None, ge=1, le=7 * 86400)
-    enabled: bool | None = None
+    enabled: StrictBool | None = None
     monthEndPolicy: MonthEnd | None = None
     dstPolicy: Dst | None = None
     calendar: str | None = Field(

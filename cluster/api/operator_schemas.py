@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, StrictBool, field_validator
 
 from cluster.api.openapi import problem_responses
 from cluster.api.schemas import JobOut, Rfc3339, UtcDatetime
@@ -91,7 +91,9 @@ class BulkJobsIn(_Strict):
     finishedFrom: Rfc3339 | None = None
     finishedTo: Rfc3339 | None = None
     limit: int = Field(100, ge=1, le=MAX_BULK, description="At most this many jobs per call.")
-    dryRun: bool = Field(False, description="Say which jobs would be acted on; change nothing.")
+    dryRun: StrictBool = Field(
+        False, description="Say which jobs would be acted on; change nothing."
+    )
     cursor: str | None = Field(
         None,
         min_length=1,
@@ -149,10 +151,10 @@ class BackfillIn(_Strict):
         description="ALLOW: the slots run side by side, whatever else of this cron is pending "
         "or running. SKIP: nothing is written while an occurrence is pending or running (409).",
     )
-    rerun: bool = Field(
+    rerun: StrictBool = Field(
         False, description="Run slots that already ran again, with a new attempt series."
     )
-    dryRun: bool = Field(False, description="Say what would happen; write nothing.")
+    dryRun: StrictBool = Field(False, description="Say what would happen; write nothing.")
 
     model_config = _Strict.model_config | {"populate_by_name": True}
 
