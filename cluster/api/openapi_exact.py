@@ -201,6 +201,11 @@ def exact_document(spec: dict[str, Any]) -> None:
 
 def _search_parameters(operation: dict[str, Any]) -> None:
     for param in operation.get("parameters", ()):
+        if param["name"] == "label":
+            param["description"] = (
+                param.get("description", "") + " A key may be asked with one value only, "
+                "and at most 16 keys."
+            ).strip()
         pattern = _QUERY_PATTERNS.get(param["name"])
         schema = param.get("schema", {})
         for branch in schema.get("anyOf", [schema]):

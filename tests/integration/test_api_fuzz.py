@@ -16,7 +16,9 @@ by a cron must exist (none is named); a calendar's day may not be both
 excluded and included (excluded before 2050, included after); a target kind must be offered (no
 KAFKA: no Kafka cluster here); an HTTP target's header names must not be on
 the deny list or Vakit's own; no string holds a NUL character (I-JSON, said
-once in the document's description).
+once in the document's description). An Idempotency-Key is made unique per
+request (a key repeated with another body is a 422 by the server's state);
+a search asks one label filter (a key asked with two values is a 422).
 
 Two passes, each bounded (VAKIT_FUZZ_EXAMPLES examples, 4 by default;
 derandomized, no shrinking): every operation with data that fits the document and with data
@@ -27,6 +29,7 @@ job or cron's id fed to what reads, changes, triggers or deletes it).
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import urllib.error
@@ -131,6 +134,12 @@ _HEADER_NAME = "^X-Fuzz-[A-Za-z0-9]{1,8}$"
 
 def _narrow(spec: dict[str, Any]) -> dict[str, Any]:
     spec = copy.deepcopy(spec)
+    # A search's label filters: one (a key asked with two values is a 422).
+    for param in spec["paths"]["/api/v1/jobs"]["get"]["parameters"]:
+        if param["name"] == "label":
+            for branch in param["schema"].get("anyOf", []):
+                if branch.get("type") == "array":
+                    branch["maxItems"] = 1
     for name, schema in spec["components"]["schemas"].items():
         props = schema.get("properties", {})
         rules = {
@@ -190,11 +199,25 @@ def load_schema(api: VakitProcess) -> Any:
     return schema
 
 
+_KEYS = itertools.count()
+
+
+def _fresh_key(case: Any) -> None:
+    """A valid Idempotency-Key made unique per request, as a client makes one
+    per call: a key the generator repeats with another body is a 422
+    (idempotency-key-reused), a rule of the server's state, not of the
+    request. An invalid key (empty, too long) is left as it is."""
+    key = (case.headers or {}).get("Idempotency-Key")
+    if isinstance(key, str) and 1 <= len(key) <= 180:
+        case.headers["Idempotency-Key"] = f"{key}-{next(_KEYS)}"
+
+
 def fuzz(operation: Any, mode: GenerationMode, checks: list[Any], calls: dict[str, int]) -> None:
     @BOUNDED
     @given(case=operation.as_strategy(generation_mode=mode))
     def run(case: Any) -> None:
         calls[operation.label] = calls.get(operation.label, 0) + 1
+        _fresh_key(case)
         case.call_and_validate(headers=AUTH, checks=checks, timeout=10)
 
     run()
@@ -224,6 +247,7 @@ def test_linked_sequences(api: VakitProcess) -> None:
 
     class Sequences(machine):  # type: ignore[misc, valid-type]
         def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            _fresh_key(case)
             return {"headers": AUTH, "timeout": 10}
 
         def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
