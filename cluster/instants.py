@@ -39,15 +39,16 @@ _EXAMPLE = "e.g. 2026-10-23T14:30:00Z"
 # The instants parse_instant accepts, as a regular expression that the API's
 # document publishes and its validation applies first (JSON Schema's and
 # pydantic's dialects both read it; [0-9], as \d is any Unicode digit to
-# pydantic): RFC 3339 with a T and an offset, from 1970 and before 9000. An
-# instant that its offset moves across a bound is refused by its date alone
-# (1970-01-01 east of UTC, 8999-12-31 west of it), so that the text alone says
-# whether it is accepted; a day a month lacks (02-30) is the date-time format's.
+# pydantic): RFC 3339 with a T and an offset, from 1970 and before 9000, as
+# written and in UTC: the text alone says whether it is accepted, so an instant
+# whose offset moves it across a bound is refused (1970-01-01 east of UTC,
+# 8999-12-31 west of it) and so is one whose written date is out (1969-12-31
+# west of UTC). A day a month lacks (02-30) is the date-time format's.
 _DAY = r"(?:0[1-9]|[12][0-9]|3[01])"
 _DATE = rf"(?:0[1-9]|1[0-2])-{_DAY}"
 _TIME = r"[Tt](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?"
 _HOURS = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]"
-_MIDDLE_YEARS = r"(?:197[1-9]|19[89][0-9]|[2-7][0-9]{3}|8[0-8][0-9]{2}|899[0-8])"
+_MIDDLE_YEARS = r"(?:197[1-9]|19[89][0-9]|[2-7][0-9]{3}|8[0-8][0-9]{2}|89[0-8][0-9]|899[0-8])"
 INSTANT_PATTERN = (
     "^(?:"
     rf"(?:{_MIDDLE_YEARS}-{_DATE}"

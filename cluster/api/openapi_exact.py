@@ -20,6 +20,7 @@ from typing import Any
 
 import shardmap
 from cluster.cron.schedule import zone_names
+from cluster.instants import INSTANT_PATTERN
 from cluster.model import JobStatus
 from cluster.services.job_document import MAX_LABEL_VALUE
 
@@ -194,6 +195,9 @@ def exact_document(spec: dict[str, Any]) -> None:
                 _search_parameters(operation)
             for param in operation.get("parameters", ()):
                 branch = _string_branch(param.get("schema", {}))
+                if branch is not None and branch.get("pattern") == INSTANT_PATTERN:
+                    # A day the month lacks (02-30) is the format's to say.
+                    branch["format"] = "date-time"
                 pattern = _PATH_PATTERNS.get(param["name"])
                 if pattern is not None and branch is not None and param["in"] != "header":
                     branch["pattern"] = pattern

@@ -70,10 +70,12 @@ def test_an_instant_matches_the_pattern_only_when_it_parses(
     if re.fullmatch(INSTANT_PATTERN, text):
         assert _parses(text), text
     elif sep != " " and _parses(text):
-        # Refused by its date alone: the first day of 1970 east of UTC, the
-        # last of 8999 west of it (the only instants the pattern gives up).
+        # Refused by its written date alone (the only instants the pattern
+        # gives up): the date is within the bounds, in UTC and as written.
         local = text[:10]
-        assert (local == "1970-01-01" and minutes > 0) or (local == "8999-12-31" and minutes < 0)
+        assert (local in ("1970-01-01", "9000-01-01") and minutes > 0) or (
+            local in ("8999-12-31", "1969-12-31") and minutes < 0
+        ), text
 
 
 @settings(max_examples=200, deadline=None)
@@ -177,3 +179,30 @@ async def test_the_messages_of_the_published_patterns(api: httpx.AsyncClient) ->
     }  # fmt: skip
     got = (await api.post("/api/v1/jobs", json=body, headers=A)).json()
     assert got["detail"].startswith("runAt: must be an RFC 3339 timestamp with a T and an offset")
+
+
+def test_the_document_says_each_rule_where_it_applies() -> None:
+    from cluster.api.app import create_app
+    from cluster.store.memory import MemStore
+    from cluster.store.memory_cron import MemCronStore
+
+    store = MemStore(2)
+    spec = create_app(api_settings(), store=store, crons=MemCronStore(store)).openapi()
+    search = {p["name"]: p["schema"] for p in spec["paths"]["/api/v1/jobs"]["get"]["parameters"]}
+    instant = search["runAtFrom"]["anyOf"][0]
+    assert instant["pattern"] == INSTANT_PATTERN and instant["format"] == "date-time"
+    assert search["cursor"]["anyOf"][0]["pattern"].startswith("^(?:job_")
+    schemas = spec["components"]["schemas"]
+    assert schemas["CreateCronIn"]["properties"]["timeZone"] == {
+        "$ref": "#/components/schemas/TimeZone"
+    }
+    assert schemas["TimeZone"]["enum"] == zone_names()
+    assert schemas["CreateCronIn"]["properties"]["schedule"]["pattern"] == SCHEDULE_PATTERN
+    cancel = schemas["BulkCancelIn"]["properties"]["status"]["anyOf"][0]
+    assert cancel["items"]["const"] == "SCHEDULED" and cancel["maxItems"] == 1
+    assert "null" not in str(schemas["PatchCronIn"]["properties"]["schedule"])
+    assert (
+        "422" in spec["paths"]["/api/v1/cluster"]["get"]["responses"]
+    )  # an unknown query parameter
+    link = spec["paths"]["/api/v1/jobs"]["post"]["responses"]["201"]["links"]["retryJob"]
+    assert link["parameters"] == {"job_id": "$response.body#/jobId"}
