@@ -1663,7 +1663,7 @@ export interface operations {
                 cursor?: string | null;
                 /** @description Include each job's attempt log. */
                 attempts?: boolean;
-                /** @description key=value: only jobs with this label (exact match). Repeat it: a job must have every one. */
+                /** @description key=value: only jobs with this label (exact match). Repeat it: a job must have every one. A key may be asked with one value only, and at most 16 keys. */
                 label?: string[] | null;
                 /** @description Operator tokens only: act for this owner service (a tenant token may name only its own). */
                 owner?: string | null;
