@@ -19,6 +19,7 @@ from functools import lru_cache
 
 __all__ = [
     "EARLIEST",
+    "INSTANT_PATTERN",
     "LATEST",
     "format_instant",
     "parse_instant",
@@ -34,6 +35,30 @@ _RFC3339 = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
 )
 _EXAMPLE = "e.g. 2026-10-23T14:30:00Z"
+
+# The instants parse_instant accepts, as a regular expression that the API's
+# document publishes and its validation applies first (JSON Schema's and
+# pydantic's dialects both read it; [0-9], as \d is any Unicode digit to
+# pydantic): RFC 3339 with a T and an offset, from 1970 and before 9000, as
+# written and in UTC: the text alone says whether it is accepted, so an instant
+# whose offset moves it across a bound is refused (1970-01-01 east of UTC,
+# 8999-12-31 west of it) and so is one whose written date is out (1969-12-31
+# west of UTC). A day a month lacks (02-30) is the date-time format's.
+_DAY = r"(?:0[1-9]|[12][0-9]|3[01])"
+_DATE = rf"(?:0[1-9]|1[0-2])-{_DAY}"
+_TIME = r"[Tt](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?"
+_HOURS = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]"
+_MIDDLE_YEARS = r"(?:197[1-9]|19[89][0-9]|[2-7][0-9]{3}|8[0-8][0-9]{2}|89[0-8][0-9]|899[0-8])"
+INSTANT_PATTERN = (
+    "^(?:"
+    rf"(?:{_MIDDLE_YEARS}-{_DATE}"
+    rf"|1970-(?:01-(?:0[2-9]|[12][0-9]|3[01])|(?:0[2-9]|1[0-2])-{_DAY})"
+    rf"|8999-(?:12-(?:0[1-9]|[12][0-9]|30)|(?:0[1-9]|1[01])-{_DAY})"
+    rf"){_TIME}(?:[Zz]|[+-]{_HOURS})"
+    rf"|1970-01-01{_TIME}(?:[Zz]|[+-]00:00|-{_HOURS})"
+    rf"|8999-12-31{_TIME}(?:[Zz]|[+-]00:00|\+{_HOURS})"
+    ")$"
+)
 
 
 def require_aware(value: datetime, name: str = "datetime") -> datetime:

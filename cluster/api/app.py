@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from prometheus_client import start_http_server
 from prometheus_client.metrics import Counter, Histogram
 from starlette.responses import Response
@@ -35,7 +35,7 @@ from cluster.api import jobs as job_routes
 from cluster.api import limits as limit_routes
 from cluster.api import ops as ops_routes
 from cluster.api import shards as shard_routes
-from cluster.api.context import ApiContext
+from cluster.api.context import ApiContext, known_query
 from cluster.api.openapi import install_openapi, operation_id
 from cluster.api.problems import (
     install_handlers,
@@ -148,6 +148,7 @@ def create_app(
         # OpenTelemetry for its providers on each request (environment
         # lookups, 6 % of a single create's API CPU).
         telemetry={"tracing": False, "metrics": False, "logs": False},
+        dependencies=[Depends(known_query)],
     )
     install_openapi(app)
     app.state.ctx = ctx

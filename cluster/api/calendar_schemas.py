@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints, WithJsonSchema
 
 from cluster.services.documents import Strict
 
-__all__ = ["CalendarIn", "CalendarListOut", "CalendarOut", "CreateCalendarIn"]
+__all__ = [
+    "CALENDAR_DAY",
+    "CalendarDay",
+    "CalendarIn",
+    "CalendarListOut",
+    "CalendarOut",
+    "CreateCalendarIn",
+]
 
 Weekday = Literal["MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"]
+
+
+# A day as a calendar takes it: YYYY-MM-DD from 1900 to 2200
+# (cluster.cron.calendar_rules), said by the pattern the document shows.
+CALENDAR_DAY = "^(?:19[0-9]{2}|2[01][0-9]{2}|2200)-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])$"
+CalendarDay = Annotated[
+    str,
+    StringConstraints(pattern=CALENDAR_DAY),
+    WithJsonSchema({"type": "string", "format": "date", "pattern": CALENDAR_DAY}),
+]
 
 
 def _working_week() -> list[Weekday]:
@@ -24,19 +41,17 @@ class CalendarIn(Strict):
     timeZone: str = Field(
         ..., min_length=1, max_length=64, description="IANA zone the dates are read in."
     )
-    excludeDates: list[str] = Field(
+    excludeDates: list[CalendarDay] = Field(
         default_factory=list,
         max_length=2000,
         description="Days not worked although the business week says so (holidays), "
         "ISO dates (YYYY-MM-DD).",
-        json_schema_extra={"items": {"type": "string", "format": "date"}},
     )
-    includeDates: list[str] = Field(
+    includeDates: list[CalendarDay] = Field(
         default_factory=list,
         max_length=2000,
         description="Days worked although the business week says not (a working Saturday), "
         "ISO dates.",
-        json_schema_extra={"items": {"type": "string", "format": "date"}},
     )
     businessWeek: list[Weekday] = Field(
         default_factory=_working_week,

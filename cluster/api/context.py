@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, Query, Request
+from fastapi.dependencies.models import Dependant
 
 import shardmap
 from cluster import logs
@@ -44,6 +45,7 @@ __all__ = [
     "get_context",
     "get_operator",
     "get_owner",
+    "known_query",
 ]
 
 
@@ -168,6 +170,8 @@ async def get_owner(
     authorization: str | None = Header(None),
     owner: str | None = Query(
         None,
+        min_length=1,
+        max_length=64,
         description="Operator tokens only: act for this owner service (a tenant token "
         "may name only its own).",
     ),
@@ -182,6 +186,37 @@ async def get_operator(request: Request, authorization: str | None = Header(None
     """The operator the bearer token stands for; 401 without one, 403 for a tenant."""
     ctx: ApiContext = request.app.state.ctx
     return ctx.operator_for(authorization)
+
+
+def _query_names(dependant: Dependant) -> frozenset[str]:
+    # ``owner`` is let through everywhere: the CLI's --owner adds it to an
+    # operator's every call, and a route that acts for no owner ignores it.
+    names = {"owner", *(param.alias for param in dependant.query_params)}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return frozenset(names)
+
+
+# By route: the query parameters it declares (its own and its dependencies').
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
+async def known_query(request: Request) -> None:
+    """Unknown query parameters are refused (422), as unknown body fields
+    are: a typo such as ``?stauts=FAILED`` must not answer every job, and
+    the OpenAPI document lists each operation's parameters as all there are."""
+    if not request.scope["query_string"] or not request.url.path.startswith("/api/"):
+        return
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if not isinstance(dependant, Dependant):
+        return
+    names = _QUERY_NAMES.get(id(route))
+    if names is None:
+        names = _QUERY_NAMES[id(route)] = _query_names(dependant)
+    unknown = sorted(set(request.query_params) - names)
+    if unknown:
+        raise InvalidRequest(f"unknown query parameter {unknown[0]!r}", field=unknown[0][:64])
 
 
 Ctx = Annotated[ApiContext, Depends(get_context)]

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, PlainValidator, model_validator
+from pydantic import BaseModel, Field, PlainValidator, StrictBool, model_validator
 
-from cluster.api.schemas import MAX_BATCH, ProblemOut, Rfc3339, TargetIn, UtcDatetime
+from cluster.api.schemas import (
+    MAX_BATCH,
+    ProblemOut,
+    Rfc3339,
+    TargetIn,
+    UtcDatetime,
+    batch_item,
+)
 from cluster.services.cron_document import (
+    MAX_RUNS,
     NAME,
     Bounds,
     CalendarPolicy,
@@ -35,7 +43,26 @@ __all__ = [
 ]
 
 
+def _no_null_branches(schema: dict[str, Any]) -> None:
+    """The document says what _no_null_for_required checks: null is no value
+    for a field outside _NULLABLE."""
+    for name, prop in schema.get("properties", {}).items():
+        branches = prop.get("anyOf")
+        if name in _NULLABLE or not branches:
+            continue
+        kept = [b for b in branches if b.get("type") != "null"]
+        if prop.get("default", ...) is None:
+            del prop["default"]
+        if len(kept) == 1:
+            del prop["anyOf"]
+            prop.update(kept[0])
+        else:
+            prop["anyOf"] = kept
+
+
 class PatchCronIn(Bounds):
+    model_config = Bounds.model_config | {"json_schema_extra": _no_null_branches}
+
     schedule: str | None = Field(None, min_length=1, max_length=200)
     timeZone: str | None = Field(None, min_length=1, max_length=64)
     type: str | None = Field(None, min_length=1, max_length=64, pattern=NAME)
@@ -47,7 +74,7 @@ class PatchCronIn(Bounds):
     maxAttempts: int | None = Field(None, ge=1, le=100)
     timeoutSeconds: int | None = Field(None, ge=1, le=86400)
     startingDeadlineSeconds: int | None = Field(None, ge=1, le=7 * 86400)
-    enabled: bool | None = None
+    enabled: StrictBool | None = None
     monthEndPolicy: MonthEnd | None = None
     dstPolicy: Dst | None = None
     calendar: str | None = Field(
@@ -56,7 +83,7 @@ class PatchCronIn(Bounds):
     calendarPolicy: CalendarPolicy | None = None
     startAt: Rfc3339 | None = Field(None, description="null removes the bound.")
     endAt: Rfc3339 | None = Field(None, description="null removes the bound.")
-    maxRuns: int | None = Field(None, ge=1, description="null removes the bound.")
+    maxRuns: int | None = Field(None, ge=1, le=MAX_RUNS, description="null removes the bound.")
 
     @model_validator(mode="after")
     def _no_null_for_required(self) -> PatchCronIn:
@@ -176,12 +203,21 @@ class TriggerOut(BaseModel):
 # -- batch create -----------------------------------------------------------
 
 # Items are validated one by one in the handler (one bad cron gets its own
-# 422); the schema documents each as a CreateCronIn.
-_RawCron = Annotated[Any, PlainValidator(lambda v: v, json_schema_input_type=CreateCronIn)]
+# 422); the document says so: a CreateCronIn, or any other value, answered
+# with its own 422.
+_RawCron = Annotated[
+    Any,
+    PlainValidator(batch_item, json_schema_input_type=CreateCronIn | Any),
+]
 
 
 class BatchCreateCronsIn(_Strict):
-    cronJobs: list[_RawCron] = Field(min_length=1, max_length=MAX_BATCH)
+    cronJobs: list[_RawCron] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description="Each a CreateCronIn. Any other value gets its own 422 in `results`, and the "
+        "others go ahead.",
+    )
 
 
 class BatchCronResult(BaseModel):

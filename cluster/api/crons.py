@@ -28,6 +28,7 @@ from cluster.api.cron_schemas import (
 )
 from cluster.api.openapi import problem_responses
 from cluster.api.schemas import target_dict
+from cluster.instants import INSTANT_PATTERN
 from cluster.model import CronDefinition, CronRecord, CronRun
 from cluster.services import crons as cron_service
 from cluster.services.cron_document import DOCUMENT_FIELDS, definition_of, instant
@@ -215,7 +216,9 @@ async def preview_cron(
     cron_job_id: str,
     ctx: Ctx,
     owner: Owner,
-    from_: str | None = Query(None, alias="from", description="RFC 3339; default now."),
+    from_: str | None = Query(
+        None, alias="from", pattern=INSTANT_PATTERN, description="RFC 3339; default now."
+    ),
     count: int = Query(10, ge=1, le=1000),
 ) -> PreviewOut:
     """The next ``count`` fire instants strictly after ``from``, with DST notes."""

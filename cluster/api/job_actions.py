@@ -16,9 +16,11 @@ import shardmap
 from cluster.api.context import Ctx, Owner
 from cluster.api.jobs import job_out
 from cluster.api.operator_schemas import (
+    BulkCancelIn,
     BulkFailure,
     BulkJobsIn,
     BulkJobsOut,
+    BulkRetryIn,
     JobPageOut,
     PauseIn,
     problems,
@@ -26,7 +28,7 @@ from cluster.api.operator_schemas import (
 from cluster.api.problems import kind_of
 from cluster.api.schemas import JobOut
 from cluster.errors import InvalidRequest
-from cluster.instants import parse_instant, utc
+from cluster.instants import INSTANT_PATTERN, parse_instant, utc
 from cluster.model import JobSearchParams, JobStatus
 from cluster.services import job_actions as actions
 from cluster.services.job_actions import BulkResult, JobPage
@@ -131,10 +133,18 @@ async def search_jobs(
     ),
     type: str | None = Query(None, min_length=1, max_length=64),
     cronJobId: str | None = Query(None, description="Only this cron job's occurrences."),
-    runAtFrom: str | None = Query(None, description="RFC 3339; runAt at or after it."),
-    runAtTo: str | None = Query(None, description="RFC 3339; runAt before it."),
-    finishedFrom: str | None = Query(None, description="RFC 3339; finished at or after it."),
-    finishedTo: str | None = Query(None, description="RFC 3339; finished before it."),
+    runAtFrom: str | None = Query(
+        None, pattern=INSTANT_PATTERN, description="RFC 3339; runAt at or after it."
+    ),
+    runAtTo: str | None = Query(
+        None, pattern=INSTANT_PATTERN, description="RFC 3339; runAt before it."
+    ),
+    finishedFrom: str | None = Query(
+        None, pattern=INSTANT_PATTERN, description="RFC 3339; finished at or after it."
+    ),
+    finishedTo: str | None = Query(
+        None, pattern=INSTANT_PATTERN, description="RFC 3339; finished before it."
+    ),
     limit: int = Query(50, ge=1, le=500),
     cursor: str | None = Query(
         None, max_length=64, description="The nextCursor of the previous page."
@@ -214,7 +224,7 @@ def _bulk_out(result: BulkResult) -> BulkJobsOut:
 
 
 @router.post("/api/v1/jobs:retry", response_model=BulkJobsOut, responses=problems(422))
-async def retry_jobs(body: BulkJobsIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
+async def retry_jobs(body: BulkRetryIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
     """Retry the jobs the filters match (FAILED by default; FAILED and/or
     CANCELLED), newest first, at most ``limit`` per call: call again while
     ``more`` is true. ``dryRun`` lists them and changes nothing."""
@@ -226,7 +236,7 @@ async def retry_jobs(body: BulkJobsIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
 
 
 @router.post("/api/v1/jobs:cancel", response_model=BulkJobsOut, responses=problems(422))
-async def cancel_jobs(body: BulkJobsIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
+async def cancel_jobs(body: BulkCancelIn, ctx: Ctx, owner: Owner) -> BulkJobsOut:
     """Cancel the SCHEDULED jobs the filters match (paused ones too), newest
     first, at most ``limit`` per call. ``dryRun`` lists them and changes nothing."""
     statuses = actions.cancel_statuses(body.status)

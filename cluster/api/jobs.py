@@ -138,15 +138,18 @@ def _fast_head(scope: Scope) -> tuple[bool, str | None, str | None]:
     return json_body, authorization, key
 
 
-def _fast_owner(ctx: ApiContext, scope: Scope, authorization: str | None) -> str:
-    """The owner, as the declared routes' ``Owner`` dependency finds it. An
-    operator acting for an owner says so in the query string; the usual
-    create has none, and parses nothing here."""
-    acting_for = None
-    if scope["query_string"]:
-        query = parse_qs(scope["query_string"].decode("latin-1"), keep_blank_values=True)
-        acting_for = query["owner"][-1] if "owner" in query else None
-    return ctx.owner_for(authorization, acting_for)
+def _fast_query(scope: Scope) -> tuple[bool, str | None]:
+    """Whether the fast path may take the query string, and the ``owner`` it
+    names. An operator acting for an owner says so in the query string; the
+    usual create has none, and parses nothing here. Any other parameter, or
+    an ``owner`` the declared route refuses, is the declared route's to
+    answer (a 422)."""
+    if not scope["query_string"]:
+        return True, None
+    query = parse_qs(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+    acting_for = query["owner"][-1] if "owner" in query else None
+    plain = query.keys() <= {"owner"} and (acting_for is None or 1 <= len(acting_for) <= 64)
+    return plain, acting_for
 
 
 async def create_fast(ctx: ApiContext, scope: Scope, body: bytes) -> Response | None:
@@ -164,14 +167,15 @@ async def create_fast(ctx: ApiContext, scope: Scope, body: bytes) -> Response | 
     body validated, errors are answered here as problem+json, the same
     translation FastAPI's handlers make."""
     json_body, authorization, key = _fast_head(scope)
-    if not json_body:
+    plain, acting_for = _fast_query(scope)
+    if not (json_body and plain):
         return None
     try:
         job = CreateJobIn.model_validate_json(body)
     except ValidationError:
         return None
     try:
-        return await _create_one(ctx, _fast_owner(ctx, scope, authorization), job, key)
+        return await _create_one(ctx, ctx.owner_for(authorization, acting_for), job, key)
     except VakitError as exc:
         return problem_response(*problem_for(exc, where=CREATE_PATH))
 
@@ -219,7 +223,8 @@ async def create_batch_fast(ctx: ApiContext, scope: Scope, body: bytes) -> Respo
     through FastAPI's decoding); a body that fails either step, ``None``,
     and the declared route answers it."""
     json_body, authorization, _ = _fast_head(scope)
-    if not json_body:
+    plain, acting_for = _fast_query(scope)
+    if not (json_body and plain):
         return None
     jobs: list[Any]
     try:
@@ -232,7 +237,7 @@ async def create_batch_fast(ctx: ApiContext, scope: Scope, body: bytes) -> Respo
         except (orjson.JSONDecodeError, ValidationError):
             return None
     try:
-        return await _create_batch(ctx, _fast_owner(ctx, scope, authorization), jobs)
+        return await _create_batch(ctx, ctx.owner_for(authorization, acting_for), jobs)
     except VakitError as exc:
         return problem_response(*problem_for(exc, where=BATCH_PATH))
 

@@ -10,8 +10,9 @@ document is first asked for:
   removed), with its 401 and 403;
 - ``application/problem+json`` responses with the :data:`Problem` schema,
   whose ``type`` is one of the stable URIs of :data:`~.problems.KINDS`: the
-  ones every ``/api/`` route can answer (400, 413 and 422 where a body or a
-  parameter is read, 404 where the path names a resource, 429, 503, 500),
+  ones every ``/api/`` route can answer (422: an unknown query parameter, if
+  nothing else; 400 and 413 where a body is read, 404 where the path names a
+  resource, 429, 503, 500),
   and the ones a route declares with :func:`problem_responses`;
 - readable operation ids (:func:`operation_id`, from the handler's name).
 
@@ -28,6 +29,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from cluster.api.openapi_exact import exact_document
 from cluster.api.problems import KINDS, PROBLEM, ProblemKind
 
 __all__ = ["install_openapi", "operation_id", "problem_responses"]
@@ -119,10 +121,17 @@ def install_openapi(app: FastAPI) -> None:
 # (the fuzz test's schemathesis) chain a create with what follows.
 _LINKS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     # operation: (status, path parameter, response field, operations it feeds)
-    "createJob": ("201", "job_id", "jobId", ("getJob", "patchJob", "deleteJob")),
+    "createJob": (
+        "201", "job_id", "jobId",
+        ("getJob", "patchJob", "deleteJob", "retryJob", "pauseJob", "resumeJob"),
+    ),
     "createCron": (
         "201", "cron_job_id", "cronJobId",
-        ("getCron", "patchCron", "deleteCron", "triggerCron", "previewCron", "cronRuns"),
+        ("getCron", "patchCron", "deleteCron", "triggerCron", "previewCron", "cronRuns",
+         "pauseCron", "resumeCron", "backfillCron"),
+    ),
+    "createCalendar": (
+        "201", "name", "name", ("getCalendar", "replaceCalendar", "deleteCalendar"),
     ),
 }  # fmt: skip
 
@@ -163,6 +172,7 @@ def _rewrite(spec: dict[str, Any]) -> dict[str, Any]:
         for operation in operations.values():
             _rewrite_operation(path, operation)
     _add_links(spec)
+    exact_document(spec)
     return spec
 
 
@@ -203,9 +213,9 @@ def _rewrite_operation(path: str, op: dict[str, Any]) -> None:
         if "{" in path:
             statuses.add(404)
         if "requestBody" in op:
-            statuses |= {400, 413, 422}
-        if params or "requestBody" in op:
-            statuses.add(422)
+            statuses |= {400, 413}
+        # Every /api/ operation refuses a query parameter it does not declare.
+        statuses.add(422)
     for status in sorted(statuses):
         responses.setdefault(str(status), _response(status))
 

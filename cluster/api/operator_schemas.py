@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, StrictBool, field_validator
 
 from cluster.api.openapi import problem_responses
 from cluster.api.schemas import JobOut, Rfc3339, UtcDatetime
@@ -23,9 +23,11 @@ __all__ = [
     "BackfillIn",
     "BackfillOut",
     "BackfillSlotOut",
+    "BulkCancelIn",
     "BulkFailure",
     "BulkJobsIn",
     "BulkJobsOut",
+    "BulkRetryIn",
     "JobPageOut",
     "LatenessMinuteOut",
     "LatenessOut",
@@ -37,8 +39,6 @@ __all__ = [
 # Slots one backfill call writes; a longer range is continued from nextFrom.
 # Jobs one bulk retry or cancel acts on; the next call takes the next ones.
 MAX_BULK = 1000
-
-JobStatusName = Literal["SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED"]
 
 
 _PROBLEM_TEXT = {
@@ -81,11 +81,9 @@ class PauseIn(_Strict):
 
 
 class BulkJobsIn(_Strict):
-    """The filters of ``GET /api/v1/jobs``, as a body. A bulk retry takes
-    FAILED jobs unless ``status`` says otherwise (FAILED and/or CANCELLED);
-    a bulk cancel takes SCHEDULED jobs (RUNNING ones cannot be cancelled)."""
+    """The filters of ``GET /api/v1/jobs``, as a body, but ``status``, whose
+    values are each action's (:class:`BulkRetryIn`, :class:`BulkCancelIn`)."""
 
-    status: list[JobStatusName] | None = Field(None, min_length=1, max_length=6)
     type: str | None = Field(None, min_length=1, max_length=64)
     cronJobId: str | None = Field(None, min_length=1, max_length=64)
     runAtFrom: Rfc3339 | None = None
@@ -93,7 +91,9 @@ class BulkJobsIn(_Strict):
     finishedFrom: Rfc3339 | None = None
     finishedTo: Rfc3339 | None = None
     limit: int = Field(100, ge=1, le=MAX_BULK, description="At most this many jobs per call.")
-    dryRun: bool = Field(False, description="Say which jobs would be acted on; change nothing.")
+    dryRun: StrictBool = Field(
+        False, description="Say which jobs would be acted on; change nothing."
+    )
     cursor: str | None = Field(
         None,
         min_length=1,
@@ -106,6 +106,18 @@ class BulkJobsIn(_Strict):
     @classmethod
     def _times(cls, value: str | None) -> str | None:
         return _rfc3339(value, "time")
+
+
+class BulkRetryIn(BulkJobsIn):
+    """A bulk retry's filters: FAILED and/or CANCELLED jobs (FAILED without ``status``)."""
+
+    status: list[Literal["FAILED", "CANCELLED"]] | None = Field(None, min_length=1, max_length=6)
+
+
+class BulkCancelIn(BulkJobsIn):
+    """A bulk cancel's filters: SCHEDULED jobs only (``status`` may say so, once)."""
+
+    status: list[Literal["SCHEDULED"]] | None = Field(None, min_length=1, max_length=1)
 
 
 class BulkFailure(BaseModel):
@@ -139,10 +151,10 @@ class BackfillIn(_Strict):
         description="ALLOW: the slots run side by side, whatever else of this cron is pending "
         "or running. SKIP: nothing is written while an occurrence is pending or running (409).",
     )
-    rerun: bool = Field(
+    rerun: StrictBool = Field(
         False, description="Run slots that already ran again, with a new attempt series."
     )
-    dryRun: bool = Field(False, description="Say what would happen; write nothing.")
+    dryRun: StrictBool = Field(False, description="Say what would happen; write nothing.")
 
     model_config = _Strict.model_config | {"populate_by_name": True}
 

@@ -21,7 +21,9 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Match
 
+from cluster.api.calendar_schemas import CALENDAR_DAY
 from cluster.api.strictjson import StrictJsonError
 from cluster.errors import (
     Conflict,
@@ -39,6 +41,7 @@ from cluster.errors import (
     Unauthorized,
     VakitError,
 )
+from cluster.instants import INSTANT_PATTERN
 
 __all__ = [
     "KINDS",
@@ -219,6 +222,23 @@ def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None
     return Response(content, status_code=body["status"], media_type=PROBLEM, headers=headers)
 
 
+# What a pattern the document publishes means, instead of pydantic's
+# "String should match pattern '<the pattern>'".
+_PATTERN_MEANS = {
+    INSTANT_PATTERN: "must be an RFC 3339 timestamp with a T and an offset, from "
+    "1970-01-01T00:00:00Z and before 9000-01-01T00:00:00Z, e.g. 2026-10-23T14:30:00Z",
+    CALENDAR_DAY: "is not an ISO date (YYYY-MM-DD) or is outside the years 1900-2200",
+}
+
+
+def _message(error: Any) -> str:
+    if error.get("type") == "string_pattern_mismatch":
+        means = _PATTERN_MEANS.get((error.get("ctx") or {}).get("pattern", ""))
+        if means is not None:
+            return means
+    return str(error.get("msg", ""))
+
+
 def validation_problem(errors: list[Any]) -> dict[str, Any]:
     """A 422 (or 400 for JSON that does not parse) from pydantic's errors.
 
@@ -227,7 +247,7 @@ def validation_problem(errors: list[Any]) -> dict[str, Any]:
     fields = [
         {
             "field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"),
-            "message": e.get("msg", ""),
+            "message": _message(e),
         }
         for e in errors
     ]
@@ -279,6 +299,22 @@ async def get_problem_type(slug: str) -> Response:
     return PlainTextResponse(text, media_type="text/markdown; charset=utf-8")
 
 
+_METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed_methods(request: Request) -> str:
+    """The ``Allow`` of a 405: every method some route serves at this path,
+    as the OpenAPI document lists the path's operations (and HEAD with GET).
+    Each method is asked of the router as it would route it: routes may be
+    nested (included routers), and only a 405 pays for it."""
+    allowed = []
+    for method in _METHOD_ORDER:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return ", ".join(allowed)
+
+
 def install_handlers(app: FastAPI) -> None:
     """Every error leaves the API as a problem+json body."""
 
@@ -295,6 +331,10 @@ def install_handlers(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         kind = _BY_STATUS.get(exc.status_code, INVALID_REQUEST)
         headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route whose path
+            # matched; a path is served by one route per method.
+            headers["Allow"] = _allowed_methods(request)
         return problem_response(problem_body(kind, str(exc.detail)), headers)
 
     async def unexpected(request: Request, exc: Exception) -> Response:

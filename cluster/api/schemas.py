@@ -44,6 +44,7 @@ __all__ = [
     "Rfc3339",
     "TargetIn",
     "ValidBatchCreateJobsIn",
+    "batch_item",
     "fingerprint",
     "target_dict",
 ]
@@ -106,14 +107,29 @@ class JobOut(BaseModel):
 MAX_BATCH = 1000
 
 
+def batch_item(value: Any) -> Any:
+    """An item of a batch as the envelope takes it: any value, answered on
+    its own (the handler validates each)."""
+    return value
+
+
 # Items are validated one by one in the handler, so that one bad job gets its
-# own 422 and the others go ahead; the envelope only holds them. The schema
-# still documents each item as a BatchJobIn.
-_RawBatchJob = Annotated[Any, PlainValidator(lambda v: v, json_schema_input_type=BatchJobIn)]
+# own 422 and the others go ahead; the envelope only holds them. The document
+# says so: an item is a BatchJobIn, or any other value, which is answered
+# with its own 422 in the results.
+_RawBatchJob = Annotated[
+    Any,
+    PlainValidator(batch_item, json_schema_input_type=BatchJobIn | Any),
+]
 
 
 class BatchCreateJobsIn(_Strict):
-    jobs: list[_RawBatchJob] = Field(min_length=1, max_length=MAX_BATCH)
+    jobs: list[_RawBatchJob] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description="Each a BatchJobIn. Any other value gets its own 422 in `results`, and the "
+        "others go ahead.",
+    )
 
 
 class ValidBatchCreateJobsIn(_Strict):

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from cluster.api.context import Ctx, Operator
+from cluster.api.openapi import problem_responses
 from cluster.errors import Conflict
 from cluster.resharding.port import Resharding
 
@@ -59,14 +60,14 @@ async def rebalance(ctx: Ctx, operator: Operator) -> dict[str, Any]:
     return await _resharding(ctx).request("rebalance")
 
 
-@router.post("/api/v1/shards/{shard}/drain", status_code=202)
+@router.post("/api/v1/shards/{shard}/drain", status_code=202, responses=problem_responses(409))
 async def drain(ctx: Ctx, operator: Operator, shard: int = Path(ge=0, le=4095)) -> dict[str, Any]:
     """Start moving every slot off ``shard`` (which then takes no slot in a
     rebalance), so it can be removed."""
     return await _resharding(ctx).request("drain", shard)
 
 
-@router.post("/api/v1/shards/move/cancel", status_code=202)
+@router.post("/api/v1/shards/move/cancel", status_code=202, responses=problem_responses(409))
 async def cancel(ctx: Ctx, operator: Operator) -> dict[str, Any]:
     """Stop the move under way; a batch not yet flipped is rolled back."""
     return await _resharding(ctx).cancel()

@@ -57,6 +57,7 @@ __all__ = [
     "load_zone",
     "parse_schedule",
     "stable_jitter",
+    "zone_names",
 ]
 
 _DEFAULT_ANCHOR = datetime(1970, 1, 1, tzinfo=UTC)
@@ -128,6 +129,12 @@ def _known_zones() -> dict[str, str]:
         if name not in _NOT_ZONES and not name.startswith(("posix/", "right/"))
     )
     return {name.lower(): name for name in names}
+
+
+def zone_names() -> list[str]:
+    """The zone names :func:`load_zone` accepts, sorted (the API's document
+    lists them)."""
+    return sorted(_known_zones().values())
 
 
 def load_zone(name: str) -> zoneinfo.ZoneInfo:

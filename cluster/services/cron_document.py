@@ -13,7 +13,7 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from cluster.instants import format_instant, parse_instant, utc
 from cluster.model import CronDefinition
@@ -21,6 +21,7 @@ from cluster.services.documents import Rfc3339, Strict, TargetIn, target_dict
 
 __all__ = [
     "DOCUMENT_FIELDS",
+    "MAX_RUNS",
     "NAME",
     "Bounds",
     "CalendarPolicy",
@@ -34,6 +35,8 @@ __all__ = [
     "instant",
 ]
 
+# A cron's max_runs column is a PostgreSQL integer: a larger bound was a 500.
+MAX_RUNS = 2**31 - 1
 Misfire = Literal["RUN_ALL", "RUN_ONCE", "SKIP"]
 Concurrency = Literal["ALLOW", "FORBID", "REPLACE"]
 MonthEnd = Literal["SKIP", "CLAMP"]
@@ -100,7 +103,8 @@ class CreateCronIn(Bounds):
     maxAttempts: int = Field(3, ge=1, le=100)
     timeoutSeconds: int = Field(60, ge=1, le=86400)
     startingDeadlineSeconds: int | None = Field(None, ge=1, le=7 * 86400)
-    enabled: bool = True
+    # Strict: JSON true or false, as the document says (not 0, 1 or "yes").
+    enabled: StrictBool = True
     monthEndPolicy: MonthEnd = Field("SKIP", description=_MONTH_END_DOC)
     dstPolicy: Dst = Field("CRONIE", description=_DST_DOC)
     startAt: Rfc3339 | None = Field(None, description="No slot before this instant.")
@@ -108,6 +112,7 @@ class CreateCronIn(Bounds):
     maxRuns: int | None = Field(
         None,
         ge=1,
+        le=MAX_RUNS,
         description="At most this many occurrences by the schedule (manual triggers not counted).",
     )
     calendar: str | None = Field(

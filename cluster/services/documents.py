@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import Field
 
+from cluster.instants import INSTANT_PATTERN
 from cluster.targets.document import Strict, TargetDocument
 from cluster.targets.kinds import KINDS
 
@@ -24,7 +25,9 @@ __all__ = [
     "target_dict",
 ]
 
-Rfc3339 = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+# The pattern is checked before any parse: what the document says is what is
+# accepted (cluster.instants.INSTANT_PATTERN).
+Rfc3339 = Annotated[str, Field(pattern=INSTANT_PATTERN, json_schema_extra={"format": "date-time"})]
 
 
 def _target_union() -> Any:
