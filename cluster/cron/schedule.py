@@ -21,6 +21,7 @@ and policies, picks the kind, and derives stable jitter.
 
 from __future__ import annotations
 
+import importlib.resources
 import re
 import zoneinfo
 from datetime import UTC, datetime, timedelta
@@ -122,10 +123,15 @@ def stable_jitter(seed: str, jitter_seconds: int) -> int:
 
 @lru_cache(maxsize=1)
 def _known_zones() -> dict[str, str]:
-    """Every IANA zone name this machine knows, by its lower-case spelling."""
+    """Every IANA zone name, by its lower-case spelling: the list of the
+    ``tzdata`` package, whose version uv.lock pins, not the machine's
+    (``zoneinfo.available_timezones()`` merges both): the API's document
+    lists these names, and a machine with another tzdata must not publish
+    another document. Their rules still come from the machine first."""
+    listed = importlib.resources.files("tzdata").joinpath("zones").read_text().split()
     names = (
         name
-        for name in zoneinfo.available_timezones()
+        for name in listed
         if name not in _NOT_ZONES and not name.startswith(("posix/", "right/"))
     )
     return {name.lower(): name for name in names}

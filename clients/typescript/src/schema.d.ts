@@ -6195,6 +6195,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description The request can never be accepted as it is; nothing was changed. Problem types: `/problems/invalid-request`, `/problems/idempotency-key-reused`. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "/problems/invalid-request" | "/problems/idempotency-key-reused";
+                    };
+                };
+            };
             /** @description Too many requests for this owner or this API process; see Retry-After. Problem types: `/problems/too-many-requests`. */
             429: {
                 headers: {
