@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -110,6 +110,42 @@ def test_create_find_cancel_and_a_refused_call(api: VakitProcess, client: Client
     with pytest.raises(ProblemError) as other:  # the key reused with another body
         client.create_job(type="sdk.other", run_at=later, target=target, idempotency_key="order-1")
     assert other.value.type == "/problems/idempotency-key-reused"
+
+
+def test_calendars_and_limits(api: VakitProcess, client: Client) -> None:
+    made = client.create_calendar(
+        "sdk-holidays", time_zone="Europe/Istanbul", exclude_dates=[date(2027, 1, 1), "2027-04-23"]
+    )
+    assert (made.version, made.exclude_dates) == (1, [date(2027, 1, 1), date(2027, 4, 23)])
+    assert made.business_week == ["MON", "TUE", "WED", "THU", "FRI"]
+    again = client.create_calendar(
+        "sdk-holidays", time_zone="Europe/Istanbul", exclude_dates=["2027-01-01", "2027-04-23"]
+    )
+    assert again.version == 1  # the same days: the same calendar
+    with pytest.raises(Conflict):
+        client.create_calendar("sdk-holidays", time_zone="UTC")
+    changed = client.replace_calendar(
+        "sdk-holidays", time_zone="Europe/Istanbul", exclude_dates=["2027-01-01"],
+        include_dates=[date(2027, 1, 9)], business_week=["MON", "TUE", "WED", "THU", "FRI", "SAT"],
+    )  # fmt: skip
+    assert changed.version == 2 and changed.include_dates == [date(2027, 1, 9)]
+    assert [c.name for c in client.list_calendars()] == ["sdk-holidays"]
+    assert client.get_calendar("sdk-holidays").business_week[-1] == "SAT"
+    client.delete_calendar("sdk-holidays")
+    with pytest.raises(NotFound):
+        client.get_calendar("sdk-holidays")
+
+    # Limits: an operator's (a tenant's token is refused).
+    with pytest.raises(ProblemError) as refused:
+        client.list_limits()
+    assert refused.value.status == 403
+    with Client(api.base_url, OPERATOR_TOKEN) as operator:
+        limits = operator.set_limit("sdk.example.com", concurrency=4, rate=40.0)
+        mine = [x for x in limits if x.key == "sdk.example.com"]
+        assert [(x.concurrency, x.rate, x.source) for x in mine] == [(4, 40.0, "runtime")]
+        assert mine[0].consistent and mine[0].effective_concurrency == 4
+        assert any(x.key == "sdk.example.com" for x in operator.list_limits())
+        assert all(x.key != "sdk.example.com" for x in operator.unset_limit("sdk.example.com"))
 
 
 def test_a_batch_and_a_search_over_every_page(client: Client, sink: Sink) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, TypeVar
 
 import httpx
@@ -17,10 +17,12 @@ from vakit_client.crons_as_code import plan_changes
 from vakit_client.models import (
     BackfillResult,
     BatchItem,
+    Calendar,
     CreatedJob,
     Cron,
     CronChange,
     Job,
+    Limit,
     Preview,
     Triggered,
 )
@@ -232,6 +234,84 @@ class AsyncClient:
             if page.next_from is None:
                 return result
             start = page.next_from
+
+    # -- calendars -------------------------------------------------------------
+
+    async def create_calendar(
+        self,
+        name: str,
+        *,
+        time_zone: str,
+        exclude_dates: Sequence[date | str] = (),
+        include_dates: Sequence[date | str] = (),
+        business_week: Sequence[str] | None = None,
+        description: str | None = None,
+    ) -> Calendar:
+        """Define a calendar (the same days again return it; other days
+        under the name are a Conflict: replace it). ``business_week``:
+        ``["MON", …]``, default Monday to Friday."""
+        body = calls.calendar_body(
+            time_zone, exclude_dates, include_dates, business_week, description
+        )
+        return await self.send(calls.calendar("POST", name, body))
+
+    async def get_calendar(self, name: str) -> Calendar:
+        return await self.send(calls.calendar("GET", name))
+
+    async def replace_calendar(
+        self,
+        name: str,
+        *,
+        time_zone: str,
+        exclude_dates: Sequence[date | str] = (),
+        include_dates: Sequence[date | str] = (),
+        business_week: Sequence[str] | None = None,
+        description: str | None = None,
+    ) -> Calendar:
+        """New days for the calendar: a new version; the occurrences its
+        crons made already are planned again by it."""
+        body = calls.calendar_body(
+            time_zone, exclude_dates, include_dates, business_week, description
+        )
+        return await self.send(calls.calendar("PUT", name, body))
+
+    async def delete_calendar(self, name: str) -> None:
+        """Refused (Conflict) while cron jobs follow it."""
+        await self.send(calls.delete_calendar(name))
+
+    async def list_calendars(self) -> AsyncIterator[Calendar]:
+        """Every calendar of the owner, by name, a page at a time."""
+        after = ""
+        while True:
+            page, cursor = await self.send(calls.calendars_page(after))
+            for calendar in page:
+                yield calendar
+            if not cursor:
+                return
+            after = cursor
+
+    # -- limits (operator tokens) ---------------------------------------------
+
+    async def list_limits(self) -> list[Limit]:
+        """The limits in force, each for the whole cluster."""
+        return await self.send(calls.limits("GET"))
+
+    async def set_limit(
+        self,
+        key: str,
+        *,
+        concurrency: int | None = None,
+        rate: float | None = None,
+        burst: float | None = None,
+    ) -> list[Limit]:
+        """Set ``key``'s limit (an HTTP host, ``kafka:<topic>``) at run time,
+        on every shard; answers the limits in force."""
+        body = {"concurrency": concurrency, "rate": rate, "burst": burst}
+        return await self.send(calls.limits("PUT", key, body))
+
+    async def unset_limit(self, key: str) -> list[Limit]:
+        """Drop ``key``'s run-time limit: the configured one, if any, applies again."""
+        return await self.send(calls.limits("DELETE", key))
 
     async def apply_crons(
         self,

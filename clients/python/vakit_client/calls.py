@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, TypedDict
 from urllib.parse import quote
 
@@ -16,9 +16,11 @@ from vakit_client.errors import PartialResults, problem_error
 from vakit_client.models import (
     BackfillResult,
     BatchItem,
+    Calendar,
     CreatedJob,
     Cron,
     Job,
+    Limit,
     Preview,
     Triggered,
     format_instant,
@@ -31,14 +33,19 @@ __all__ = [
     "JobsPage",
     "api_fields",
     "backfill",
+    "calendar",
+    "calendar_body",
+    "calendars_page",
     "create_cron",
     "create_job",
     "create_jobs",
     "cron",
     "crons_page",
+    "delete_calendar",
     "delete_cron",
     "job",
     "jobs_page",
+    "limits",
     "new_key",
 ]
 
@@ -274,3 +281,65 @@ def backfill(
     return Call(
         "POST", path, lambda r: BackfillResult.from_json(r.json()), json=body, repeatable=not rerun
     )
+
+
+# -- calendars -----------------------------------------------------------------
+
+
+def _calendar(response: httpx.Response) -> Calendar:
+    return Calendar.from_json(response.json())
+
+
+def calendar_body(
+    time_zone: str,
+    exclude_dates: Sequence[date | str],
+    include_dates: Sequence[date | str],
+    business_week: Sequence[str] | None,
+    description: str | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "timeZone": time_zone,
+        "excludeDates": [d if isinstance(d, str) else d.isoformat() for d in exclude_dates],
+        "includeDates": [d if isinstance(d, str) else d.isoformat() for d in include_dates],
+    }
+    if business_week is not None:
+        body["businessWeek"] = list(business_week)
+    if description is not None:
+        body["description"] = description
+    return body
+
+
+def calendar(method: str, name: str, body: Any = None) -> Call[Calendar]:
+    """POST (``name`` in the body: the same days again answer 200), GET, PUT
+    (the same days again change nothing): each safe to send twice."""
+    path = f"{API}/calendars" if method == "POST" else f"{API}/calendars/{_segment(name)}"
+    if method == "POST":
+        body = {"name": name, **body}
+    return Call(method, path, _calendar, json=body, repeatable=True)
+
+
+def delete_calendar(name: str) -> Call[None]:
+    return Call("DELETE", f"{API}/calendars/{_segment(name)}", _nothing, repeatable=True)
+
+
+def calendars_page(after: str) -> Call[tuple[list[Calendar], str | None]]:
+    def parse(response: httpx.Response) -> tuple[list[Calendar], str | None]:
+        doc = response.json()
+        return [Calendar.from_json(c) for c in doc["items"]], doc.get("nextCursor")
+
+    params = [("limit", "500"), *([("after", after)] if after else [])]
+    return Call("GET", f"{API}/calendars", parse, params=params, repeatable=True)
+
+
+# -- limits (operator tokens) ------------------------------------------------------
+
+
+def limits(method: str, key: str = "", body: Any = None) -> Call[list[Limit]]:
+    """GET every limit, PUT or DELETE one key's run-time limit: each answers
+    the limits in force, and each is safe to send twice."""
+
+    def parse(response: httpx.Response) -> list[Limit]:
+        return [Limit.from_json(item) for item in response.json()["limits"]]
+
+    path = f"{API}/limits" + (f"/{_segment(key)}" if key else "")
+    return Call(method, path, parse, json=body, repeatable=True)

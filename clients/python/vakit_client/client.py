@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, TypeVar
 
 import httpx
@@ -18,10 +18,12 @@ from vakit_client.crons_as_code import plan_changes
 from vakit_client.models import (
     BackfillResult,
     BatchItem,
+    Calendar,
     CreatedJob,
     Cron,
     CronChange,
     Job,
+    Limit,
     Preview,
     Triggered,
 )
@@ -227,6 +229,83 @@ class Client:
             if page.next_from is None:
                 return result
             start = page.next_from
+
+    # -- calendars -------------------------------------------------------------
+
+    def create_calendar(
+        self,
+        name: str,
+        *,
+        time_zone: str,
+        exclude_dates: Sequence[date | str] = (),
+        include_dates: Sequence[date | str] = (),
+        business_week: Sequence[str] | None = None,
+        description: str | None = None,
+    ) -> Calendar:
+        """Define a calendar (the same days again return it; other days
+        under the name are a Conflict: replace it). ``business_week``:
+        ``["MON", …]``, default Monday to Friday."""
+        body = calls.calendar_body(
+            time_zone, exclude_dates, include_dates, business_week, description
+        )
+        return self.send(calls.calendar("POST", name, body))
+
+    def get_calendar(self, name: str) -> Calendar:
+        return self.send(calls.calendar("GET", name))
+
+    def replace_calendar(
+        self,
+        name: str,
+        *,
+        time_zone: str,
+        exclude_dates: Sequence[date | str] = (),
+        include_dates: Sequence[date | str] = (),
+        business_week: Sequence[str] | None = None,
+        description: str | None = None,
+    ) -> Calendar:
+        """New days for the calendar: a new version; the occurrences its
+        crons made already are planned again by it."""
+        body = calls.calendar_body(
+            time_zone, exclude_dates, include_dates, business_week, description
+        )
+        return self.send(calls.calendar("PUT", name, body))
+
+    def delete_calendar(self, name: str) -> None:
+        """Refused (Conflict) while cron jobs follow it."""
+        self.send(calls.delete_calendar(name))
+
+    def list_calendars(self) -> Iterator[Calendar]:
+        """Every calendar of the owner, by name, a page at a time."""
+        after = ""
+        while True:
+            page, cursor = self.send(calls.calendars_page(after))
+            yield from page
+            if not cursor:
+                return
+            after = cursor
+
+    # -- limits (operator tokens) ---------------------------------------------
+
+    def list_limits(self) -> list[Limit]:
+        """The limits in force, each for the whole cluster."""
+        return self.send(calls.limits("GET"))
+
+    def set_limit(
+        self,
+        key: str,
+        *,
+        concurrency: int | None = None,
+        rate: float | None = None,
+        burst: float | None = None,
+    ) -> list[Limit]:
+        """Set ``key``'s limit (an HTTP host, ``kafka:<topic>``) at run time,
+        on every shard; answers the limits in force."""
+        body = {"concurrency": concurrency, "rate": rate, "burst": burst}
+        return self.send(calls.limits("PUT", key, body))
+
+    def unset_limit(self, key: str) -> list[Limit]:
+        """Drop ``key``'s run-time limit: the configured one, if any, applies again."""
+        return self.send(calls.limits("DELETE", key))
 
     def apply_crons(
         self,

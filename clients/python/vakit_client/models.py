@@ -5,18 +5,20 @@ this package names it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 __all__ = [
     "BackfillResult",
     "BackfillSlot",
     "BatchItem",
+    "Calendar",
     "CreatedJob",
     "Cron",
     "CronChange",
     "Fire",
     "Job",
+    "Limit",
     "Preview",
     "Triggered",
     "format_instant",
@@ -147,6 +149,60 @@ class Cron:
             paused=bool(doc.get("paused", False)),
             pause_reason=doc.get("pauseReason"),
             next_fire_at=parse_instant(doc.get("nextFireAt")),
+            raw=doc,
+        )
+
+
+@dataclass(frozen=True)
+class Calendar:
+    """Business days that crons follow: each change is a new ``version``."""
+
+    name: str
+    time_zone: str
+    exclude_dates: list[date]
+    include_dates: list[date]
+    business_week: list[str]
+    description: str | None
+    version: int
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Calendar:
+        return cls(
+            name=doc["name"],
+            time_zone=doc["timeZone"],
+            exclude_dates=[date.fromisoformat(d) for d in doc["excludeDates"]],
+            include_dates=[date.fromisoformat(d) for d in doc["includeDates"]],
+            business_week=list(doc["businessWeek"]),
+            description=doc.get("description"),
+            version=doc["version"],
+            raw=doc,
+        )
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A key's limit for the whole cluster (an HTTP host, ``kafka:<topic>``)."""
+
+    key: str
+    concurrency: int | None
+    rate: float | None
+    burst: float | None
+    source: str  # "config" (VAKIT_TARGET_LIMITS) or "runtime" (set through the API)
+    effective_concurrency: int | None
+    consistent: bool  # every shard holds the same run-time limit
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Limit:
+        return cls(
+            key=doc["key"],
+            concurrency=doc.get("concurrency"),
+            rate=doc.get("rate"),
+            burst=doc.get("burst"),
+            source=doc["source"],
+            effective_concurrency=doc.get("effectiveConcurrency"),
+            consistent=doc["consistent"],
             raw=doc,
         )
 
