@@ -226,15 +226,9 @@ class Materializer:
         deadline = time.monotonic() + self.pass_budget
         while True:
             started = time.perf_counter()
-            page = await self.crons.due(
-                shard,
-                DueCronsParams(
-                    until=horizon,
-                    after=after,
-                    limit=self.page_size,
-                    unsettled_until=horizon + SETTLE_AHEAD,
-                ),
-            )
+            unsettled_until = horizon + SETTLE_AHEAD  # PREVIOUS_BUSINESS_DAY crons
+            params = DueCronsParams(horizon, after, self.page_size, unsettled_until)
+            page = await self.crons.due(shard, params)
             if not page or page[-1].next_fire_at is None:  # due crons have a next fire
                 return created
             after = (page[-1].next_fire_at, page[-1].id)
