@@ -305,7 +305,7 @@ async def test_calendars_are_created_changed_and_deleted_from_the_console(ui: ht
 
     # Bad input: the API's own refusal, and nothing changes.
     bad = await ui.post("/ui/calendars/tr/update", data={**form, "excludeDates": "2027-13-01"})
-    assert bad.status_code == 422 and "2027-13-01" in bad.text
+    assert bad.status_code == 422 and "excludeDates" in bad.text  # the API model's own words
     none = await ui.post("/ui/calendars/tr/update", data={"csrf": csrf, "timeZone": "UTC"})
     assert none.status_code == 422  # no business day at all
     assert (await ui.get("/api/v1/calendars/tr", headers=A)).json()["version"] == 1
