@@ -161,14 +161,10 @@ def create_app(
             ("POST", job_routes.BATCH_PATH): functools.partial(job_routes.create_batch_fast, ctx),
         },
     )
-    app.include_router(job_routes.router)
-    app.include_router(job_actions.router)
-    app.include_router(ops_routes.router)
-    app.include_router(cron_routes.router)
-    app.include_router(cron_actions.router)
-    app.include_router(calendar_routes.router)
-    app.include_router(shard_routes.router)
-    app.include_router(limit_routes.router)
+    # In this order: the OpenAPI document lists the operations as registered.
+    for routes in (job_routes, job_actions, ops_routes, cron_routes, cron_actions,
+                   calendar_routes, shard_routes, limit_routes):  # fmt: skip
+        app.include_router(routes.router)
     app.include_router(problem_pages)
     console.install(app)
     return app
